@@ -1,0 +1,1 @@
+"""SpecAgent: trajectory-level speculation with semantic verification, served on Ray."""

@@ -1,0 +1,115 @@
+"""The paper's baselines, run by the same runtime as SpecAgent so their ledgers compare directly.
+
+- Strong-only / Weak-only: one model authors every step.
+- AgentCollab: the weak model acts; a step is escalated to the strong model when the weak model's
+  self-reported confidence is below a threshold, or right after an error.
+- Speculative Actions: the strong model authors every step; the weak model speculates the same step
+  concurrently and its guess is kept only on an exact match. The strong decode is hidden, not removed.
+- Exact-match ablation: SpecAgent whose verifier accepts a drafted step only if it equals what the
+  strong policy itself would write there (``ExactMatchVerifier``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable, Sequence
+
+from .interfaces import Policy
+from .runtime import Parts, Run, SpecConfig
+from .speculation import run_specagent
+from .types import History, Review, Step, Task, Trajectory, Usage, Verdict
+
+Method = Callable[[Task, Parts, SpecConfig], Awaitable[Trajectory]]
+
+
+async def run_strong_only(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
+    return await _single_author(task, parts, config, "strong")
+
+
+async def run_weak_only(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
+    return await _single_author(task, parts, config, "weak")
+
+
+async def _single_author(task: Task, parts: Parts, config: SpecConfig, role: str) -> Trajectory:
+    run = Run(task, parts, config)
+    while run.active():
+        proposal = await run.propose(role, "step")  # type: ignore[arg-type]
+        if proposal is not None:
+            await run.take(proposal.action, role)  # type: ignore[arg-type]
+    return run.trajectory()
+
+
+async def run_agentcollab(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
+    run = Run(task, parts, config)
+    while run.active():
+        proposal = await run.propose("weak", "step")
+        last = run.history.steps[-1] if run.history.steps else None
+        after_error = last is not None and last.observation is not None and last.observation.error
+        why = _escalation_reason(run, proposal, after_error)
+        if why is None:
+            await run.take(proposal.action, "weak")  # type: ignore[union-attr]
+            continue
+        run.note("escalated", why)
+        strong = await run.propose("strong", "escalate", feedback=why)
+        if strong is not None:
+            await run.take(strong.action, "strong")
+    return run.trajectory()
+
+
+def _escalation_reason(run: Run, proposal, after_error: bool) -> str | None:
+    if proposal is None:
+        return "weak output was malformed"
+    if after_error:
+        return "previous step failed"
+    if proposal.confidence < run.config.escalate_below:
+        return f"low confidence {proposal.confidence:.2f}"
+    reason = run.invalid_reason(proposal.action)
+    return None if reason is None else f"invalid weak action: {reason}"
+
+
+async def run_speculative_actions(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
+    run = Run(task, parts, config)
+    while run.active():
+        strong, guess = await asyncio.gather(run.propose("strong", "step"), run.propose("weak", "speculate"))
+        if strong is None:
+            continue
+        hit = guess is not None and guess.action.same_as(strong.action)
+        run.note("speculation_hit" if hit else "speculation_miss")
+        await run.take(strong.action, "strong")
+    return run.trajectory()
+
+
+class ExactMatchVerifier:
+    """The ablation's verifier: step i is accepted iff the strong policy, given H ⊕ block[:i],
+    proposes exactly the same action. Its own proposal at the first mismatch is the fused repair.
+    Every comparison costs a strong decode, which is why the ablation spends more compute."""
+
+    def __init__(self, strong: Policy):
+        self.strong = strong
+
+    async def verify(self, history: History, block: Sequence[Step]) -> Review:
+        prompt = cached = decode = 0
+        for i, step in enumerate(block):
+            proposal = await self.strong.propose(history, block[:i])
+            u = proposal.usage
+            prompt, cached, decode = prompt + u.prompt_tokens, cached + u.cached_prompt_tokens, decode + u.decode_tokens
+            if not step.action.same_as(proposal.action):
+                usage = Usage(prompt, cached, decode)
+                return Review(Verdict(i, "not an exact match", proposal.action), usage)
+        return Review(Verdict(len(block)), Usage(prompt, cached, decode))
+
+
+async def run_specagent_exact(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
+    exact = Parts(parts.weak, parts.strong, ExactMatchVerifier(parts.strong), parts.tools, parts.user,
+                  parts.ledger, parts.clock)
+    return await run_specagent(task, exact, config)
+
+
+METHODS: dict[str, Method] = {
+    "strong": run_strong_only,
+    "weak": run_weak_only,
+    "specagent": run_specagent,
+    "agentcollab": run_agentcollab,
+    "specactions": run_speculative_actions,
+    "specagent-exact": run_specagent_exact,
+}

@@ -1,0 +1,66 @@
+"""The small interfaces the protocol is written against. Ray, HTTP and vLLM live behind them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, Sequence
+
+from .types import Author, Effect, History, Observation, Proposal, Review, Step, ToolCall, Usage
+
+
+class MalformedOutput(Exception):
+    """A model returned something that cannot be parsed into an action or a verdict.
+
+    The protocol never executes such output: from a verifier it becomes a rejection, from a weak
+    policy it ends the draft and the strong policy writes the step instead.
+    """
+
+
+class Policy(Protocol):
+    """Proposes the next action from the committed history plus the steps drafted so far."""
+
+    async def propose(
+        self, history: History, draft: Sequence[Step] = (), feedback: str | None = None
+    ) -> Proposal: ...
+
+
+class Verifier(Protocol):
+    """Reads H and a block in one pass and answers ``(j, r, ã)``; j may be malformed, the loop checks it."""
+
+    async def verify(self, history: History, block: Sequence[Step]) -> Review: ...
+
+
+class ToolAdapter(Protocol):
+    """A tool environment. ``classify`` must answer WRITE for any tool it does not know."""
+
+    def classify(self, call: ToolCall) -> Effect: ...
+
+    def validate(self, call: ToolCall) -> str | None:
+        """The paper's ``valid()``: None if the tool is known and the arguments match its schema,
+        else the reason the call is invalid."""
+        ...
+
+    async def execute(self, call: ToolCall) -> Observation: ...
+
+
+class User(Protocol):
+    """The other side of the conversation. ``reply`` returns the user's answer to an agent message."""
+
+    async def reply(self, text: str) -> Observation: ...
+
+
+Purpose = Literal["draft", "verify", "repair", "step", "speculate", "escalate"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One model call as the ledger sees it: who, why, tokens, and wall time (measured)."""
+
+    role: Author
+    purpose: Purpose
+    usage: Usage
+    wall_s: float
+
+
+class Ledger(Protocol):
+    def record(self, call: CallRecord) -> None: ...

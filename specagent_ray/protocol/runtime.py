@@ -1,0 +1,197 @@
+"""What every method shares: the parts it runs on, one run's mutable state, and the guarded
+ways to call models and tools. The speculation loop and the baselines are written on top of this."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from .interfaces import CallRecord, Ledger, MalformedOutput, Policy, Purpose, ToolAdapter, User, Verifier
+from .types import (
+    Action,
+    ActionKind,
+    Author,
+    Effect,
+    Event,
+    History,
+    Observation,
+    Proposal,
+    Step,
+    Task,
+    Termination,
+    Trajectory,
+    Usage,
+    Verdict,
+)
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Knobs of the protocol.
+
+    k: the most steps drafted per block (the paper uses 6 for tau2, 8 for long workflows).
+    max_steps: committed-step guard; a run that reaches it ends with ``Termination.MAX_STEPS``.
+    message_boundary: when True (default) a message to the user is staged like a write, so the
+        verifier sees it before the user does and it ends the block. When False, messages are sent
+        at once like reads and the user's reply joins the draft: fewer reviews, but an unreviewed
+        weak message can reach the user. See docs/protocol.md.
+    escalate_below: AgentCollab's confidence threshold for handing a step to the strong model.
+    """
+
+    k: int = 6
+    max_steps: int = 100
+    message_boundary: bool = True
+    escalate_below: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+
+
+@dataclass
+class Parts:
+    """The pieces one run is made of. ``clock`` is injected so tests and benches control time."""
+
+    weak: Policy
+    strong: Policy
+    verifier: Verifier
+    tools: ToolAdapter
+    user: User
+    ledger: Ledger
+    clock: Callable[[], float] = time.perf_counter
+
+
+@dataclass
+class Run:
+    """One session's state: H, the event log, and how it ended. Methods never bypass ``take``."""
+
+    task: Task
+    parts: Parts
+    config: SpecConfig
+    history: History = field(init=False)
+    events: list[Event] = field(default_factory=list)
+    termination: Termination | None = None
+    rounds: int = 0
+
+    def __post_init__(self) -> None:
+        self.history = History(self.task)
+
+    # -- the run's life -------------------------------------------------------------------------
+
+    def active(self) -> bool:
+        """False once the agent or user stopped, or a guard tripped. Rounds bound runs that commit
+        nothing (e.g. a strong policy that keeps emitting malformed output)."""
+        if self.termination is not None:
+            return False
+        self.rounds += 1
+        if len(self.history) >= self.config.max_steps or self.rounds > 2 * self.config.max_steps:
+            self.termination = Termination.MAX_STEPS
+            return False
+        return True
+
+    def room(self) -> int:
+        return self.config.max_steps - len(self.history)
+
+    def trajectory(self) -> Trajectory:
+        return Trajectory(self.history, self.termination or Termination.MAX_STEPS, self.events)
+
+    def note(self, kind: str, detail: str = "", action: Action | None = None) -> None:
+        self.events.append(Event(kind, detail, action))  # type: ignore[arg-type]
+
+    def commit(self, steps: Sequence[Step]) -> None:
+        if not steps:
+            return
+        self.history = self.history.commit(tuple(steps))
+        last = steps[-1]
+        if last.action.kind is ActionKind.STOP:
+            self.termination = Termination.AGENT_STOP
+        elif last.observation is not None and last.observation.user_stop:
+            self.termination = Termination.USER_STOP
+
+    # -- guarded calls --------------------------------------------------------------------------
+
+    def classify(self, action: Action) -> Effect:
+        if action.kind is ActionKind.TOOL:
+            return self.parts.tools.classify(action.call)  # type: ignore[arg-type]
+        if action.kind is ActionKind.MESSAGE and not self.config.message_boundary:
+            return Effect.READ
+        return Effect.WRITE  # a stop, and by default a message, is irreversible
+
+    def invalid_reason(self, action: object) -> str | None:
+        """The paper's ``valid()``, with the reason kept for the trajectory."""
+        if not isinstance(action, Action):
+            return f"not an action: {type(action).__name__}"
+        if action.kind is ActionKind.TOOL:
+            if action.call is None:
+                return "tool action without a call"
+            return self.parts.tools.validate(action.call)
+        if action.kind is ActionKind.MESSAGE and not action.text.strip():
+            return "empty message"
+        return None
+
+    async def propose(
+        self, role: Author, purpose: Purpose, draft: Sequence[Step] = (), feedback: str | None = None
+    ) -> Proposal | None:
+        """Ask a policy for the next action and record the call. None if its output was malformed."""
+        policy = self.parts.weak if role == "weak" else self.parts.strong
+        start = self.parts.clock()
+        try:
+            proposal = await policy.propose(self.history, draft, feedback)
+        except MalformedOutput as exc:
+            self.record(role, purpose, None, start)
+            self.note("malformed_output", f"{role} policy: {exc}")
+            return None
+        self.record(role, purpose, proposal, start)
+        return proposal
+
+    async def verify(self, block: Sequence[Step]) -> Verdict:
+        """One strong call over H + block. Malformed output is a full rejection, never trusted."""
+        start = self.parts.clock()
+        try:
+            review = await self.parts.verifier.verify(self.history, block)
+        except MalformedOutput as exc:
+            self.record("strong", "verify", None, start)
+            return Verdict(0, f"malformed verdict: {exc}")
+        self.record("strong", "verify", review, start)
+        verdict = review.verdict
+        if not isinstance(verdict, Verdict):
+            return Verdict(0, f"malformed verdict: {type(verdict).__name__}")
+        return verdict.checked(len(block))
+
+    def record(self, role: Author, purpose: Purpose, reply: object, start: float) -> None:
+        usage = getattr(reply, "usage", None)
+        self.parts.ledger.record(CallRecord(role, purpose, usage or Usage(), self.parts.clock() - start))
+
+    async def observe(self, action: Action) -> Observation:
+        """Execute a valid, non-stop action. A tool that raises becomes an error observation."""
+        try:
+            if action.kind is ActionKind.TOOL:
+                return await self.parts.tools.execute(action.call)  # type: ignore[arg-type]
+            return await self.parts.user.reply(action.text)
+        except Exception as exc:  # the tool's failure is data for the agent, not a crash of the run
+            self.note("tool_error", f"{action.describe()}: {type(exc).__name__}: {exc}", action)
+            return Observation(f"Error: {type(exc).__name__}: {exc}", error=True)
+
+    async def take(self, action: Action | None, author: Author) -> bool:
+        """Validate, execute and commit one step. The single path by which any action has effect.
+
+        Callers guarantee the safety rule: a weak action reaches here as a WRITE only after an
+        accepting verdict. Invalid actions are recorded and never executed; returns False for them.
+        """
+        reason = self.invalid_reason(action) if action is not None else "no action"
+        if reason is not None:
+            self.note("invalid_action", f"{author}: {reason}", action if isinstance(action, Action) else None)
+            return False
+        assert action is not None
+        effect = self.classify(action)
+        observation = None if action.kind is ActionKind.STOP else await self.observe(action)
+        self.commit([Step(action, observation, author, effect)])
+        return True
+
+
+def all_steps(history: History, draft: Sequence[Step]) -> Sequence[Step]:
+    """H ⊕ draft, as policies see it."""
+    return history.steps + tuple(draft) if draft else history.steps

@@ -1,0 +1,108 @@
+"""Algorithm 1 of the paper: trajectory-level speculation with semantic verification.
+
+    H <- (u)
+    repeat
+        draft: the weak policy proposes up to K steps from H ⊕ draft.
+               a READ is executed at once and (a, o) joins the draft;
+               the first WRITE is staged as (a, ⊥) and ends the draft.
+        if the draft holds no staged action: commit it without review; continue.
+        verify: (j, r, ã) <- V_S(H, draft), one strong call.
+        commit: if j = n, commit the block and execute the staged write.
+                else commit the first j steps, drop the rest, and repair:
+                ã if valid(ã), else a strong step from (H, r). Repairs are not verified again.
+    until the agent stops, the user stops, or max_steps.
+
+Beyond the paper, and never weakening it: a weak action that fails ``valid()`` is never executed; it
+ends the draft (the reads before it commit like a read-only block) and the strong policy writes that
+step instead. A malformed verdict is a full rejection (j = 0, no fused repair).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .runtime import Parts, Run, SpecConfig
+from .types import Effect, Step, Task, Trajectory, Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """The drafted steps; the last one is staged iff ``staged``. ``refused`` says why the weak
+    policy's last proposal was dropped without execution (invalid or malformed), if it was."""
+
+    steps: tuple[Step, ...]
+    staged: bool = False
+    refused: str | None = None
+
+
+async def run_specagent(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
+    run = Run(task, parts, config)
+    # Invariant: a weak model's write reaches a tool only after the strong model accepts it.
+    # The only other way to a write is a strong repair, which is the strong model's own step.
+    while run.active():
+        block = await draft(run)
+        if not block.staged:
+            run.commit(block.steps)  # reads only: reversible, so no review (a full K-read block)
+            if block.refused is not None:
+                await strong_repair(run, block.refused)
+            continue
+        verdict = await run.verify(block.steps)
+        await commit(run, block, verdict)
+    return run.trajectory()
+
+
+async def draft(run: Run) -> Block:
+    """Draft up to K steps. Reads run now; the first write is staged and ends the draft."""
+    steps: list[Step] = []
+    for _ in range(min(run.config.k, run.room())):
+        proposal = await run.propose("weak", "draft", steps)
+        if proposal is None:
+            return Block(tuple(steps), refused="weak policy output was malformed")
+        action = proposal.action
+        reason = run.invalid_reason(action)
+        if reason is not None:
+            run.note("invalid_action", f"weak: {reason}", action)
+            return Block(tuple(steps), refused=f"weak policy proposed an invalid action: {reason}")
+        if run.classify(action) is Effect.WRITE:
+            steps.append(Step(action, None, "weak", Effect.WRITE))
+            run.note("staged", "", action)
+            return Block(tuple(steps), staged=True)
+        observation = await run.observe(action)
+        steps.append(Step(action, observation, "weak", Effect.READ))
+        run.note("drafted", "", action)
+        if observation.user_stop:
+            break
+    return Block(tuple(steps))
+
+
+async def commit(run: Run, block: Block, verdict: Verdict) -> None:
+    """Commit the accepted prefix; execute the staged write only if the whole block was accepted."""
+    j, n = verdict.accepted_prefix, len(block.steps)
+    run.note("accepted", f"{j}/{n}")
+    if j == n:
+        run.commit(block.steps[:-1])
+        staged = block.steps[-1]
+        await run.take(staged.action, "weak")  # accepted by the verifier: may now have effect
+        return
+    run.commit(block.steps[:j])
+    run.note("rejected", verdict.reason, block.steps[j].action)
+    if run.termination is not None:
+        return
+    repair = verdict.repair
+    if repair is not None and run.invalid_reason(repair) is None:
+        run.note("fused_repair", verdict.reason, repair)
+        await run.take(repair, "strong")
+    else:
+        if repair is not None:
+            run.note("invalid_action", f"fused repair: {run.invalid_reason(repair)}", repair)
+        await strong_repair(run, verdict.reason)
+
+
+async def strong_repair(run: Run, reason: str) -> None:
+    """One step written by the strong policy from (H, r). Not verified again."""
+    if run.termination is not None:
+        return
+    proposal = await run.propose("strong", "repair", feedback=reason)
+    if proposal is not None:
+        run.note("strong_repair", reason, proposal.action)
+        await run.take(proposal.action, "strong")

@@ -1,0 +1,215 @@
+"""The vocabulary of the protocol, defined once.
+
+- **action**: what a policy proposes next: a tool call, a message to the user, or a stop.
+- **step**: an action with its observation. A tool call's observation is the tool's output; a message's
+  observation is the user's reply; a stop has none.
+- **drafted**: a step the weak policy proposed inside the current block. Drafted reads have already
+  been executed (reads are reversible: dropping them from the history undoes them).
+- **staged**: the first drafted action that has an effect, ``(a, ⊥)``. It ends the draft and is *not*
+  executed until the verifier accepts it.
+- **block**: the steps drafted since the last commit, staged action included; n is its length.
+- **verdict** ``(j, r, ã)``: the verifier's answer. ``j`` is the accepted prefix (0..n), ``r`` the reason
+  step j+1 was rejected, ``ã`` an optional *fused repair* action that replaces step j+1.
+- **accepted** / **rejected**: steps inside / after the accepted prefix. Rejected steps are dropped.
+- **fused repair**: ``ã`` taken from the verdict, used only when the tool adapter's ``valid`` accepts it.
+- **strong repair**: one step the strong policy writes from (H, r) when ``ã`` is missing or invalid.
+  Repairs are the strong model's own steps and are not verified again.
+- **committed**: a step in the history H. Only committed steps are ever graded or shown to the user.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Author = Literal["weak", "strong"]
+
+
+class Effect(str, enum.Enum):
+    """Side-effect class of an action. READs may run before review; everything else is staged."""
+
+    READ = "read"
+    WRITE = "write"
+
+
+class ActionKind(str, enum.Enum):
+    TOOL = "tool"
+    MESSAGE = "message"
+    STOP = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+
+    def key(self) -> str:
+        """Canonical form: two calls are the same call iff their keys are equal."""
+        return self.name + json.dumps(self.arguments, sort_keys=True, default=str)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One proposed agent action. Exactly one of ``call``/``text`` is set for TOOL/MESSAGE."""
+
+    kind: ActionKind
+    call: ToolCall | None = None
+    text: str = ""
+
+    @staticmethod
+    def tool(name: str, **arguments: Any) -> "Action":
+        return Action(ActionKind.TOOL, ToolCall(name, dict(arguments)))
+
+    @staticmethod
+    def message(text: str) -> "Action":
+        return Action(ActionKind.MESSAGE, text=text)
+
+    @staticmethod
+    def stop() -> "Action":
+        return Action(ActionKind.STOP)
+
+    def key(self) -> str:
+        if self.kind is ActionKind.TOOL:
+            assert self.call is not None
+            return "tool:" + self.call.key()
+        return f"{self.kind.value}:{self.text}"
+
+    def same_as(self, other: "Action | None") -> bool:
+        """Exact match, the acceptance test of Speculative Actions and of the exact-match ablation."""
+        return other is not None and self.key() == other.key()
+
+    def describe(self) -> str:
+        if self.kind is ActionKind.TOOL:
+            assert self.call is not None
+            return f"{self.call.name}({json.dumps(self.call.arguments, sort_keys=True, default=str)})"
+        if self.kind is ActionKind.MESSAGE:
+            return f"say({self.text!r})"
+        return "stop()"
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What executing an action returned. ``error`` marks tool failures and refused actions."""
+
+    content: str
+    error: bool = False
+    user_stop: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A (possibly staged) step. ``observation is None`` means staged, ``(a, ⊥)`` in the paper."""
+
+    action: Action
+    observation: Observation | None
+    author: Author
+    effect: Effect
+
+    @property
+    def staged(self) -> bool:
+        return self.observation is None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """``(j, r, ã)``. Built only through :meth:`checked`, so ``0 <= j <= n`` always holds in the loop."""
+
+    accepted_prefix: int
+    reason: str = ""
+    repair: Action | None = None
+
+    def checked(self, n: int) -> "Verdict":
+        """Return self if well formed for a block of ``n`` steps, else a full rejection saying why.
+
+        A malformed verdict is never trusted: j outside 0..n becomes j = 0 and its repair is dropped.
+        """
+        j = self.accepted_prefix
+        if not isinstance(j, int) or isinstance(j, bool) or not 0 <= j <= n:
+            return Verdict(0, f"malformed verdict: accepted_prefix={j!r} outside 0..{n}", None)
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage of one model call. ``cached_prompt_tokens`` is the part of the prompt served from cache."""
+
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    decode_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A policy's answer: the action, what it cost, and the model's self-reported confidence (0..1)."""
+
+    action: Action
+    usage: Usage = Usage()
+    confidence: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    """A verifier's answer: the (unchecked) verdict and what it cost."""
+
+    verdict: Verdict
+    usage: Usage = Usage()
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """What the agent is asked to do. ``context`` carries adapter-specific data (e.g. the tau2 task)."""
+
+    id: str
+    instruction: str
+    context: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """The committed history H = (u, (a1, o1), ..., (at, ot)). Immutable: commits return a new H."""
+
+    task: Task
+    steps: tuple[Step, ...] = ()
+
+    def commit(self, steps: "tuple[Step, ...] | list[Step]") -> "History":
+        return History(self.task, self.steps + tuple(steps))
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+class Termination(str, enum.Enum):
+    AGENT_STOP = "agent_stop"
+    USER_STOP = "user_stop"
+    MAX_STEPS = "max_steps"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of the trajectory's event log: what happened, to which action, and why."""
+
+    kind: Literal[
+        "drafted", "staged", "accepted", "rejected", "committed_unreviewed", "fused_repair",
+        "strong_repair", "strong_step", "weak_step", "escalated", "speculation_hit",
+        "speculation_miss", "invalid_action", "malformed_output", "tool_error", "executed",
+    ]
+    detail: str = ""
+    action: Action | None = None
+
+
+@dataclass
+class Trajectory:
+    """The result of one run: the committed history, why it ended, and the event log."""
+
+    history: History
+    termination: Termination
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return self.history.steps
+
+    def count(self, kind: str) -> int:
+        return sum(1 for e in self.events if e.kind == kind)
