@@ -32,16 +32,18 @@ class SpecConfig:
 
     k: the most steps drafted per block (the paper uses 6 for tau2, 8 for long workflows).
     max_steps: committed-step guard; a run that reaches it ends with ``Termination.MAX_STEPS``.
-    message_boundary: when True (default) a message to the user is staged like a write, so the
-        verifier sees it before the user does and it ends the block. When False, messages are sent
-        at once like reads and the user's reply joins the draft: fewer reviews, but an unreviewed
-        weak message can reach the user. See docs/protocol.md.
+    review_messages: a message to the user always ends the block (the agent needs the reply, and a
+        sent message cannot be taken back, so it must never sit in a droppable suffix). When False
+        (default, as in the paper, where only state-changing calls are staged) it is sent at once and
+        the block commits without review; the verifier sees it in H at the next review. When True it
+        is staged like a write, so the user only ever reads reviewed text, at one strong call per
+        message. See docs/protocol.md.
     escalate_below: AgentCollab's confidence threshold for handing a step to the strong model.
     """
 
     k: int = 6
     max_steps: int = 100
-    message_boundary: bool = True
+    review_messages: bool = False
     escalate_below: float = 0.5
 
     def __post_init__(self) -> None:
@@ -116,9 +118,9 @@ class Run:
     def classify(self, action: Action) -> Effect:
         if action.kind is ActionKind.TOOL:
             return self.parts.tools.classify(action.call)  # type: ignore[arg-type]
-        if action.kind is ActionKind.MESSAGE and not self.config.message_boundary:
-            return Effect.READ
-        return Effect.WRITE  # a stop, and by default a message, is irreversible
+        if action.kind is ActionKind.MESSAGE and not self.config.review_messages:
+            return Effect.READ  # sent without review; it still ends the block (see SpecConfig)
+        return Effect.WRITE  # a stop ends the session: staged and reviewed
 
     def invalid_reason(self, action: object) -> str | None:
         """The paper's ``valid()``, with the reason kept for the trajectory."""

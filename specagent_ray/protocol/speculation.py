@@ -4,7 +4,8 @@
     repeat
         draft: the weak policy proposes up to K steps from H ⊕ draft.
                a READ is executed at once and (a, o) joins the draft;
-               the first WRITE is staged as (a, ⊥) and ends the draft.
+               the first WRITE is staged as (a, ⊥) and ends the draft;
+               a message to the user ends the draft (sent, or staged if messages are reviewed).
         if the draft holds no staged action: commit it without review; continue.
         verify: (j, r, ã) <- V_S(H, draft), one strong call.
         commit: if j = n, commit the block and execute the staged write.
@@ -22,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .runtime import Parts, Run, SpecConfig
-from .types import Effect, Step, Task, Trajectory, Verdict
+from .types import ActionKind, Effect, Step, Task, Trajectory, Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +71,8 @@ async def draft(run: Run) -> Block:
         observation = await run.observe(action)
         steps.append(Step(action, observation, "weak", Effect.READ))
         run.note("drafted", "", action)
-        if observation.user_stop:
-            break
+        if action.kind is ActionKind.MESSAGE:
+            break  # a sent message is a block boundary: it can never be dropped
     return Block(tuple(steps))
 
 

@@ -141,9 +141,9 @@ async def test_strong_that_never_produces_valid_output_terminates():
     assert traj.termination is Termination.MAX_STEPS and not parts.tools.executed
 
 
-async def test_message_is_staged_and_user_stop_ends_run():
+async def test_reviewed_message_is_staged_and_user_stop_ends_run():
     hello = Action.message("Your refund is done.")
-    parts, cfg = make(weak=[hello], replies=["thanks ###STOP###"])
+    parts, cfg = make(weak=[hello], replies=["thanks ###STOP###"], review_messages=True)
     traj = await run(parts, cfg)
     assert traj.termination is Termination.USER_STOP
     assert parts.verifier.calls[0][1][0].staged  # the user saw it only after review
@@ -152,18 +152,25 @@ async def test_message_is_staged_and_user_stop_ends_run():
 async def test_rejected_message_never_reaches_the_user():
     rude = Action.message("go away")
     parts, cfg = make(weak=[rude, STOP], strong=[Action.message("How can I help?")],
-                      verdicts=[Verdict(0, "rude")], replies=["bye ###STOP###"])
+                      verdicts=[Verdict(0, "rude")], replies=["bye ###STOP###"], review_messages=True)
     await run(parts, cfg)
     assert parts.user.heard == ["How can I help?"]
 
 
-async def test_message_as_read_when_boundary_disabled():
+async def test_unreviewed_message_is_sent_at_once_and_ends_the_block():
     hello = Action.message("hi")
-    parts, cfg = make(weak=[hello, R, W, STOP], message_boundary=False)
-    await run(parts, cfg)
+    parts, cfg = make(weak=[R, hello, R2, W, STOP], verdicts=[Verdict(0, "no")], strong=[STOP])
+    traj = await run(parts, cfg)
     assert parts.user.heard == ["hi"]
     first_block = parts.verifier.calls[0][1]
-    assert [s.action for s in first_block] == [hello, R, W] and not first_block[0].staged
+    assert [s.action for s in first_block] == [R2, W]  # R and the message committed unreviewed
+    assert actions(traj) == [R, hello, STOP]  # the rejection cannot drop what the user already read
+
+
+async def test_unreviewed_user_stop_ends_run():
+    parts, cfg = make(weak=[Action.message("done")], replies=["bye ###STOP###"])
+    traj = await run(parts, cfg)
+    assert traj.termination is Termination.USER_STOP and not parts.verifier.calls
 
 
 def test_config_rejects_bad_k_and_max_steps():

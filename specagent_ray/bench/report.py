@@ -1,0 +1,167 @@
+"""Summaries, the Proposition 1/2 check, and the three outputs: a rich table, JSON, and a PNG plot.
+
+Every figure carries its kind: Pass@1 is measured by tau2's evaluator; tokens come from the
+simulated token model; FLOPs, HBM-read and GPU latency are estimated; wall time is measured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..costs.theory import l_u, r_u
+from .results import TrialResult
+from .stats import gap_recovered, paired_bootstrap, pass_at_1
+from .tau2 import by_method
+
+TB = 1e12
+
+
+@dataclass(frozen=True)
+class MethodSummary:
+    method: str
+    trajectories: int
+    pass_at_1: float
+    diff_vs_strong: float
+    ci_low: float
+    ci_high: float
+    gap_recovered: float
+    strong_calls: float  # per task
+    strong_decode_tokens: float
+    strong_prefill_tokens: float
+    weak_tokens: float
+    committed_steps: float
+    strong_hbm_tb: float  # per task, estimated (midpoint)
+    strong_hbm_low_tb: float
+    strong_hbm_high_tb: float
+    flops: float  # per task, strong + weak, estimated
+    gpu_latency_s: float  # per task, estimated
+    wall_ms: float  # per task, measured
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def summarize(results: Sequence[TrialResult], seed: int = 0) -> list[MethodSummary]:
+    groups = by_method(results)
+    strong, weak = groups.get("strong"), groups.get("weak")
+    p_strong = pass_at_1(strong) if strong else math.nan
+    p_weak = pass_at_1(weak) if weak else math.nan
+    out = []
+    for method, rs in groups.items():
+        p = pass_at_1(rs)
+        diff, lo, hi = paired_bootstrap(rs, strong, seed=seed) if strong else (math.nan,) * 3
+        out.append(MethodSummary(
+            method=method, trajectories=len(rs), pass_at_1=p, diff_vs_strong=diff, ci_low=lo, ci_high=hi,
+            gap_recovered=gap_recovered(p, p_weak, p_strong),
+            strong_calls=_mean([r.strong.calls for r in rs]),
+            strong_decode_tokens=_mean([r.strong.decode_tokens for r in rs]),
+            strong_prefill_tokens=_mean([r.strong.prompt_tokens - r.strong.cached_prompt_tokens for r in rs]),
+            weak_tokens=_mean([r.weak.prompt_tokens + r.weak.decode_tokens for r in rs]),
+            committed_steps=_mean([r.committed_steps for r in rs]),
+            strong_hbm_tb=_mean([(r.strong.hbm_low + r.strong.hbm_high) / 2 / TB for r in rs]),
+            strong_hbm_low_tb=_mean([r.strong.hbm_low / TB for r in rs]),
+            strong_hbm_high_tb=_mean([r.strong.hbm_high / TB for r in rs]),
+            flops=_mean([r.strong.flops + r.weak.flops for r in rs]),
+            gpu_latency_s=_mean([r.strong.gpu_latency_s + r.weak.gpu_latency_s for r in rs]),
+            wall_ms=_mean([r.wall_s * 1000 for r in rs]),
+        ))
+    return out
+
+
+@dataclass(frozen=True)
+class TheoryCheck:
+    """Proposition 1/2 predicted from the run's own counts, next to the measured (estimated-cost) ratio."""
+
+    method: str
+    p: float
+    n: float
+    v_over_d: float
+    rho: float
+    kappa: float
+    r_predicted: float
+    r_measured: float
+    l_predicted: float
+    l_measured: float
+
+
+def theory_check(results: Sequence[TrialResult], method: str) -> TheoryCheck | None:
+    groups = by_method(results)
+    rs, strong = groups.get(method), groups.get("strong")
+    if not rs or not strong:
+        return None
+    b = [r.blocks for r in rs]
+    accepted, rejections = sum(x.accepted_steps for x in b), sum(x.rejections for x in b)
+    blocks, reviewed = sum(x.reviewed_blocks for x in b), sum(x.reviewed_steps for x in b)
+    if blocks == 0 or accepted + rejections == 0:
+        return None
+    hbm = lambda u: (u.hbm_low + u.hbm_high) / 2  # noqa: E731
+    d = sum(hbm(r.strong) for r in strong) / sum(r.strong.calls for r in strong)
+    d_lat = sum(r.strong.gpu_latency_s for r in strong) / sum(r.strong.calls for r in strong)
+    v = _verify_cost(rs, hbm)
+    p = accepted / (accepted + rejections)
+    n = reviewed / blocks
+    rho = sum(x.strong_repairs for x in b) / rejections if rejections else 0.0
+    weak_calls = sum(r.weak.calls for r in rs)
+    kappa = (sum(r.weak.gpu_latency_s for r in rs) / weak_calls) / d_lat if weak_calls else 0.0
+    per_step = lambda xs, f: sum(f(r) for r in xs) / sum(r.committed_steps for r in xs)  # noqa: E731
+    r_meas = per_step(rs, lambda r: hbm(r.strong)) / per_step(strong, lambda r: hbm(r.strong))
+    lat = lambda r: r.strong.gpu_latency_s + r.weak.gpu_latency_s  # noqa: E731
+    l_meas = per_step(rs, lat) / per_step(strong, lat)
+    n_int = max(1, round(n))
+    return TheoryCheck(method, p, n, v / d, rho, kappa, r_u(p, n_int, v / d, rho), r_meas,
+                       l_u(p, n_int, v / d, rho, kappa), l_meas)
+
+
+def _verify_cost(rs: Sequence[TrialResult], hbm) -> float:
+    """Mean strong HBM per verify call: strong cost not spent on repairs, over reviewed blocks."""
+    total = sum(hbm(r.strong) for r in rs)
+    calls = sum(r.strong.calls for r in rs)
+    repairs = sum(r.blocks.strong_repairs for r in rs)
+    blocks = sum(r.blocks.reviewed_blocks for r in rs)
+    per_call = total / calls if calls else 0.0
+    return (total - per_call * repairs) / blocks if blocks else math.nan
+
+
+def write_json(path: Path, results: Sequence[TrialResult], summary: Sequence[MethodSummary],
+               theory: Sequence[TheoryCheck], meta: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "labels": {
+            "policies": "simulated", "pass_at_1": "measured (tau2 evaluator)", "tokens": "simulated",
+            "flops_hbm_gpu_latency": "estimated", "wall": "measured",
+        },
+        "meta": meta,
+        "summary": [asdict(s) for s in summary],
+        "theory": [asdict(t) for t in theory],
+        "results": [r.model_dump() for r in results],
+    }
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    tmp.replace(path)
+
+
+def plot(path: Path, summary: Sequence[MethodSummary], title: str) -> None:
+    """Pass@1 against strong HBM-read per task: the paper's operating points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    for s in summary:
+        xerr = [[s.strong_hbm_tb - s.strong_hbm_low_tb], [s.strong_hbm_high_tb - s.strong_hbm_tb]]
+        ax.errorbar(s.strong_hbm_tb, s.pass_at_1, xerr=xerr, fmt="o", capsize=3)
+        ax.annotate(s.method, (s.strong_hbm_tb, s.pass_at_1), textcoords="offset points", xytext=(6, 4))
+    ax.set_xlabel("strong-model HBM read per task, TB (estimated)")
+    ax.set_ylabel("Pass@1, % (tau2 evaluator)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)

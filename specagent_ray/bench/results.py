@@ -1,0 +1,83 @@
+"""What one benchmark trajectory yields, as stored in the results JSON (pydantic, extra keys refused)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from ..costs.ledger import Ledger
+from ..costs.model import CallCost, ledger_cost
+from ..costs.specs import GpuProfile, ModelSpec
+from ..protocol.types import Trajectory
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RoleUsage(Frozen):
+    """One role's calls in one trajectory. Tokens and wall time: measured (from the ledger).
+    flops / hbm_* / gpu_latency_s: ESTIMATED from the model spec and GPU profile."""
+
+    calls: int
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    decode_tokens: int
+    flops: float
+    hbm_low: float
+    hbm_high: float
+    gpu_latency_s: float
+
+
+class BlockStats(Frozen):
+    """How the speculation went: reviewed blocks and steps, accepted steps, and repairs."""
+
+    reviewed_blocks: int = 0
+    reviewed_steps: int = 0
+    accepted_steps: int = 0
+    rejections: int = 0
+    fused_repairs: int = 0
+    strong_repairs: int = 0
+    invalid_actions: int = 0
+    speculation_hits: int = 0
+    escalations: int = 0
+
+
+class TrialResult(Frozen):
+    method: str
+    task_id: str
+    trial: int
+    reward: float
+    termination: str
+    committed_steps: int
+    wall_s: float  # measured
+    strong: RoleUsage
+    weak: RoleUsage
+    blocks: BlockStats
+    label: str = "simulated"
+
+
+def role_usage(ledger: Ledger, role: str, spec: ModelSpec, gpu: GpuProfile, n_gpus: int,
+               hidden: frozenset[str] = frozenset()) -> RoleUsage:
+    """``hidden`` purposes run concurrently with another model's call: they cost compute, not latency."""
+    t = ledger.totals(role)  # type: ignore[arg-type]
+    cost: CallCost = ledger_cost(ledger, role, spec, gpu, n_gpus)  # type: ignore[arg-type]
+    latency = cost.gpu_latency_s
+    if hidden:
+        latency -= ledger_cost(ledger, role, spec, gpu, n_gpus, purposes=hidden).gpu_latency_s  # type: ignore[arg-type]
+    return RoleUsage(calls=t.calls, prompt_tokens=t.prompt_tokens, cached_prompt_tokens=t.cached_prompt_tokens,
+                     decode_tokens=t.decode_tokens, flops=cost.flops, hbm_low=cost.hbm_low,
+                     hbm_high=cost.hbm_high, gpu_latency_s=latency)
+
+
+def block_stats(trajectory: Trajectory) -> BlockStats:
+    reviewed = accepted = rejections = 0
+    for e in trajectory.events:
+        if e.kind == "accepted":
+            j, n = map(int, e.detail.split("/"))
+            reviewed, accepted, rejections = reviewed + n, accepted + j, rejections + (j < n)
+    return BlockStats(
+        reviewed_blocks=trajectory.count("accepted"), reviewed_steps=reviewed, accepted_steps=accepted,
+        rejections=rejections, fused_repairs=trajectory.count("fused_repair"),
+        strong_repairs=trajectory.count("strong_repair"), invalid_actions=trajectory.count("invalid_action"),
+        speculation_hits=trajectory.count("speculation_hit"), escalations=trajectory.count("escalated"),
+    )

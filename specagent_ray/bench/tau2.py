@@ -1,0 +1,121 @@
+"""``specagent-ray bench tau2``: every method on the same tau2 tasks, graded by tau2's own evaluator.
+
+Runs are spread over worker processes (one per core by default); each worker loads the domain once
+and runs all methods of one (task, trial) pair, so identical trajectories are graded once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from ..costs.specs import load_gpu, load_model
+from ..protocol.baselines import METHODS
+from ..protocol.runtime import SpecConfig
+from ..tools.tau2 import Grader, Tau2Domain
+from .results import TrialResult, block_stats, role_usage
+from .simulation import SimSettings, simulated_parts
+
+HIDDEN = {"specactions": frozenset({"speculate"})}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The estimated deployment: strong and weak model specs on named GPU profiles (see costs/data)."""
+
+    strong_model: str = "qwen3.5-397b-a17b"
+    weak_model: str = "qwen3-4b"
+    gpu: str = "h20"
+    strong_gpus: int = 16
+    weak_gpus: int = 1
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    domain: str = "airline"
+    methods: tuple[str, ...] = ("strong", "weak", "specagent", "agentcollab", "specactions")
+    trials: int = 3
+    task_ids: tuple[str, ...] | None = None
+    spec: SpecConfig = SpecConfig()
+    sim: SimSettings = field(default_factory=SimSettings)
+    hardware: Hardware = Hardware()
+    workers: int = 2
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+        if self.trials < 1:
+            raise ValueError(f"trials must be >= 1, got {self.trials}")
+
+
+_GRADERS: dict[str, Grader] = {}
+
+
+async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> TrialResult:
+    domain = Tau2Domain.load(cfg.domain)
+    grader = _GRADERS.setdefault(cfg.domain, Grader(domain))
+    task, parts = simulated_parts(domain, task_id, trial, cfg.sim)
+    start = time.perf_counter()
+    trajectory = await METHODS[method](task, parts, cfg.spec)
+    wall = time.perf_counter() - start
+    hw = cfg.hardware
+    gpu = load_gpu(hw.gpu)
+    hidden = HIDDEN.get(method, frozenset())
+    return TrialResult(
+        method=method, task_id=task_id, trial=trial,
+        reward=grader.reward(task_id, trajectory, task.instruction),
+        termination=trajectory.termination.value, committed_steps=len(trajectory.steps), wall_s=wall,
+        strong=role_usage(parts.ledger, "strong", load_model(hw.strong_model), gpu, hw.strong_gpus),
+        weak=role_usage(parts.ledger, "weak", load_model(hw.weak_model), gpu, hw.weak_gpus, hidden),
+        blocks=block_stats(trajectory),
+    )
+
+
+def _run_pair(cfg: BenchConfig, task_id: str, trial: int) -> list[TrialResult]:
+    async def all_methods() -> list[TrialResult]:
+        return [await run_trial(cfg, m, task_id, trial) for m in cfg.methods]
+
+    return asyncio.run(all_methods())
+
+
+def task_ids(cfg: BenchConfig) -> list[str]:
+    domain = Tau2Domain.load(cfg.domain)
+    if cfg.task_ids is None:
+        return list(domain.tasks)
+    missing = [t for t in cfg.task_ids if t not in domain.tasks]
+    if missing:
+        raise ValueError(f"{cfg.domain} has no task(s) {', '.join(missing)}")
+    return list(cfg.task_ids)
+
+
+def run_bench(cfg: BenchConfig, on_done: Callable[[int], None] = lambda n: None) -> list[TrialResult]:
+    """All (method, task, trial) runs, in a stable order. ``on_done`` is told how many runs finished."""
+    pairs = [(t, k) for k in range(cfg.trials) for t in task_ids(cfg)]
+    results: list[TrialResult] = []
+    if cfg.workers <= 1:
+        for t, k in pairs:
+            results += _run_pair(cfg, t, k)
+            on_done(len(cfg.methods))
+    else:
+        with ProcessPoolExecutor(cfg.workers) as pool:
+            futures = [pool.submit(_run_pair, cfg, t, k) for t, k in pairs]
+            for f in as_completed(futures):
+                results += f.result()
+                on_done(len(cfg.methods))
+    order = {m: i for i, m in enumerate(cfg.methods)}
+    return sorted(results, key=lambda r: (order[r.method], r.trial, _natural(r.task_id)))
+
+
+def _natural(task_id: str) -> tuple[int, str]:
+    return (int(task_id), "") if task_id.isdigit() else (1 << 30, task_id)
+
+
+def by_method(results: Iterable[TrialResult]) -> dict[str, list[TrialResult]]:
+    out: dict[str, list[TrialResult]] = {}
+    for r in results:
+        out.setdefault(r.method, []).append(r)
+    return out

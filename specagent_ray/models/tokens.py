@@ -1,0 +1,75 @@
+"""Token model for simulated calls (SIMULATED figures that feed the ESTIMATED cost model).
+
+Prompt sizes come from the real text: the domain's policy and tool schemas, and each step's
+rendered action and observation, at ``chars_per_token``. Decode sizes are a reasoning budget plus the
+action itself. ``PrefixCache`` applies the paper's accounting: a prompt prefix is prefilled once per
+session and model, later calls that repeat it get it from cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..protocol.types import Action, History, Step, Usage
+
+
+def _tokens(chars: int, per_token: float) -> int:
+    return int(chars / per_token) + 1
+
+
+@dataclass
+class PrefixCache:
+    """One model's prefix cache within one session: remembers the previous prompt's steps and
+    serves the longest common prefix (system block included) from cache."""
+
+    last: tuple[Step, ...] | None = None
+
+    def hit(self, tokens: "TokenModel", steps: tuple[Step, ...]) -> int:
+        if self.last is None:
+            self.last = steps
+            return 0
+        k = 0
+        for a, b in zip(self.last, steps):
+            if a is not b:
+                break
+            k += 1
+        self.last = steps
+        return tokens.system_tokens + tokens.steps_tokens(steps[:k])
+
+
+@dataclass
+class TokenModel:
+    """Sizes of prompts and outputs. ``reasoning`` is the decode budget spent before an action."""
+
+    system_tokens: int = 2500
+    reasoning: dict[str, int] = field(default_factory=lambda: {"weak": 150, "strong": 150})
+    verdict_tokens: int = 24
+    verdict_tokens_per_step: int = 6
+    chars_per_token: float = 4.0
+
+    def action_tokens(self, action: Action) -> int:
+        return _tokens(len(action.describe()), self.chars_per_token) + 4
+
+    def step_tokens(self, step: Step) -> int:
+        obs = step.observation.content if step.observation is not None else ""
+        return self.action_tokens(step.action) + _tokens(len(obs), self.chars_per_token)
+
+    def steps_tokens(self, steps: Sequence[Step]) -> int:
+        return sum(self.step_tokens(s) for s in steps)
+
+    def step_usage(self, cache: PrefixCache, history: History, draft: Sequence[Step], action: Action,
+                   role: str) -> Usage:
+        steps = history.steps + tuple(draft)
+        prompt = self.system_tokens + self.steps_tokens(steps)
+        decode = self.reasoning.get(role, 150) + self.action_tokens(action)
+        return Usage(prompt, min(cache.hit(self, steps), prompt), decode)
+
+    def verify_usage(self, cache: PrefixCache, history: History, block: Sequence[Step],
+                     repair: Action | None) -> Usage:
+        steps = history.steps + tuple(block)
+        prompt = self.system_tokens + self.steps_tokens(steps)
+        decode = self.verdict_tokens + self.verdict_tokens_per_step * len(block)
+        if repair is not None:
+            decode += self.action_tokens(repair)
+        return Usage(prompt, min(cache.hit(self, steps), prompt), decode)

