@@ -151,24 +151,29 @@ class SimulatedPolicy:
         last = steps[-1].action.key() if steps else ""
         rng = _rng(*self.seed, self.role, self.calls, len(steps), last)
         u = rng.random()
-        if u < r.premature_stop:
+
+        def draw(rate: float) -> bool:
+            """One slice of [0, 1) per error kind that applies here, so rates are per-step probabilities."""
+            nonlocal u
+            if u < rate:
+                return True
+            u -= rate
+            return False
+
+        if draw(r.premature_stop):
             return Action.stop(), True
-        u -= r.premature_stop
-        if u < r.needless_read:
+        if draw(r.needless_read):
             spare = self.script.spare_reads
             return spare[rng.randrange(len(spare))], True
-        u -= r.needless_read
         item, effect = items[nxt], effects[nxt]
         is_write = effect is Effect.WRITE and item.kind is ActionKind.TOOL
-        if is_write and u < r.wrong_arg:
+        if is_write and draw(r.wrong_arg):
             wrong = mutate(item, rng, self.valid)
             return wrong, not wrong.same_as(item)
-        u -= r.wrong_arg
-        if effect is Effect.READ and len(left) > 1 and u < r.skipped_read:
+        if effect is Effect.READ and len(left) > 1 and draw(r.skipped_read):
             return items[left[1]], True
-        u -= r.skipped_read
         later = [i for i in left[1:] if effects[i] is Effect.WRITE and items[i].kind is ActionKind.TOOL]
-        if not is_write and later and u < r.premature_write:
+        if not is_write and later and draw(r.premature_write):
             early = items[later[0]]
             return (mutate(early, rng, self.valid) if rng.random() < 0.5 else early), True
         return item, False

@@ -59,8 +59,8 @@ class Action:
     text: str = ""
 
     @staticmethod
-    def tool(name: str, **arguments: Any) -> "Action":
-        return Action(ActionKind.TOOL, ToolCall(name, dict(arguments)))
+    def tool(tool_name: str, /, **arguments: Any) -> "Action":
+        return Action(ActionKind.TOOL, ToolCall(tool_name, dict(arguments)))
 
     @staticmethod
     def message(text: str) -> "Action":

@@ -1,0 +1,103 @@
+"""The tau2 adapter on the real airline and retail environments."""
+
+import asyncio
+
+import pytest
+
+from specagent_ray.bench.simulation import SimSettings, simulated_parts
+from specagent_ray.models.simulated import ErrorRates
+from specagent_ray.protocol import METHODS, Action, Effect, SpecConfig, ToolCall, Verdict
+from specagent_ray.tools.tau2 import Grader, Tau2Domain, Tau2Tools
+
+
+@pytest.fixture(scope="module")
+def airline():
+    return Tau2Domain.load("airline")
+
+
+@pytest.mark.parametrize("tool, effect", [
+    ("get_user_details", Effect.READ), ("search_direct_flight", Effect.READ), ("calculate", Effect.READ),
+    ("book_reservation", Effect.WRITE), ("cancel_reservation", Effect.WRITE),
+    ("transfer_to_human_agents", Effect.WRITE), ("no_such_tool", Effect.WRITE),
+])
+def test_classification_follows_tau2_tool_types(airline, tool, effect):
+    assert Tau2Tools(airline).classify(ToolCall(tool, {})) is effect
+
+
+def test_every_tau2_tool_is_classified_from_its_tag(airline):
+    for name, tag in airline.tool_types.items():
+        expected = Effect.READ if tag == "read" or name == "calculate" else Effect.WRITE
+        assert airline.effect(name) is expected
+
+
+@pytest.mark.parametrize("call, reason", [
+    (ToolCall("cancel_everything", {}), "unknown tool"),
+    (ToolCall("get_user_details", {}), "'user_id' is a required property"),
+    (ToolCall("get_user_details", {"user_id": 7}), "is not of type 'string'"),
+    (ToolCall("book_reservation", {"cabin": "first"}), "book_reservation"),
+])
+def test_validation_against_tool_schemas(airline, call, reason):
+    got = Tau2Tools(airline).validate(call)
+    assert got is not None and reason in got
+
+
+def test_valid_call_passes_and_executes(airline):
+    tools = Tau2Tools(airline)
+    call = ToolCall("get_user_details", {"user_id": "mia_li_3668"})
+    assert tools.validate(call) is None
+    obs = asyncio.run(tools.execute(call))
+    assert not obs.error and "mia_li_3668" in obs.content
+
+
+def test_tool_failure_is_an_error_observation(airline):
+    obs = asyncio.run(Tau2Tools(airline).execute(ToolCall("get_user_details", {"user_id": "nobody"})))
+    assert obs.error and "Error" in obs.content
+
+
+def test_environments_do_not_share_state(airline):
+    a, b = Tau2Tools(airline), Tau2Tools(airline)
+    cancel = ToolCall("cancel_reservation", {"reservation_id": "EHGLP3"})
+    asyncio.run(a.execute(cancel))
+    assert a.env.get_db_hash() != b.env.get_db_hash()
+
+
+def test_grader_rewards_gold_and_punishes_a_wrong_write(airline):
+    grader = Grader(airline)
+    zero = SimSettings(strong=ErrorRates(), weak=ErrorRates())
+    task, parts = simulated_parts(airline, "2", 0, zero)  # gold: send_certificate(noah_muller_9847, 50)
+    traj = asyncio.run(METHODS["strong"](task, parts, SpecConfig()))
+    assert grader.reward("2", traj, task.instruction) == 1.0
+    wrong = SimSettings(strong=ErrorRates(wrong_arg=1.0), weak=ErrorRates())
+    task, parts = simulated_parts(airline, "2", 0, wrong)
+    traj = asyncio.run(METHODS["strong"](task, parts, SpecConfig()))
+    assert grader.reward("2", traj, task.instruction) == 0.0
+
+
+def test_specagent_on_tau2_never_executes_a_rejected_write(airline):
+    """Weak always writes a wrong argument; a verifier that never falsely accepts stops every one."""
+    from specagent_ray.models.simulated import VerifierRates
+
+    settings = SimSettings(weak=ErrorRates(wrong_arg=1.0), strong=ErrorRates(),
+                           verifier=VerifierRates(false_accept=0.0, false_reject=0.0, fused_repair=0.5))
+    task, parts = simulated_parts(airline, "2", 0, settings)
+    traj = asyncio.run(METHODS["specagent"](task, parts, SpecConfig()))
+    writes = [c for c in parts.tools.executed if airline.effect(c.name) is Effect.WRITE]
+    assert writes == [ToolCall("send_certificate", {"user_id": "noah_muller_9847", "amount": 50})]
+    assert traj.count("rejected") >= 1 and Grader(airline).reward("2", traj, task.instruction) == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain, n", [("airline", 50), ("retail", 114)])
+def test_zero_error_strong_only_solves_every_task(domain, n):
+    d = Tau2Domain.load(domain)
+    grader = Grader(d)
+    zero = SimSettings(strong=ErrorRates(), weak=ErrorRates())
+
+    async def solve(task_id):
+        task, parts = simulated_parts(d, task_id, 0, zero)
+        traj = await METHODS["strong"](task, parts, SpecConfig())
+        return grader.reward(task_id, traj, task.instruction)
+
+    rewards = [asyncio.run(solve(t)) for t in d.tasks]
+    assert len(rewards) == n
+    assert sum(rewards) == n

@@ -1,0 +1,134 @@
+"""Safety property: a weak-authored WRITE reaches a tool only with an accepting verdict.
+
+Hypothesis drives the real loop with random scripts: weak and strong outputs mixing valid reads and
+writes, schema-breaking calls, unknown tools, messages, stops and malformed output, and random
+verdicts including out-of-range prefixes, booleans, strings and malformed output. A referee tool
+adapter checks provenance, by object identity, at the moment a write would run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from specagent_ray.costs.ledger import Ledger
+from specagent_ray.models.scripted import ScriptedPolicy, ScriptedUser, ScriptedVerifier
+from specagent_ray.protocol import (
+    Action, Effect, MalformedOutput, Observation, Parts, SpecConfig, Task, ToolCall, Verdict, run_specagent,
+)
+from specagent_ray.tools.schema import SchemaValidator
+from specagent_ray.tools.scripted import object_schema
+
+SCHEMAS = {"read": object_schema(id="string"), "write": object_schema(id="string", amount="integer")}
+EFFECTS = {"read": Effect.READ, "write": Effect.WRITE}
+
+# Each kind builds a fresh object, so identity tells who authored an action.
+KINDS = {
+    "read": lambda: Action.tool("read", id="a"),
+    "write": lambda: Action.tool("write", id="a", amount=1),
+    "bad_args": lambda: Action.tool("write", id="a", amount="one"),
+    "missing_arg": lambda: Action.tool("write", id="a"),
+    "unknown": lambda: Action.tool("drop_table", name="users"),
+    "message": lambda: Action.message("hello"),
+    "empty_message": lambda: Action.message(""),
+    "stop": Action.stop,
+    "malformed": lambda: MalformedOutput("bad json"),
+}
+
+
+class Referee:
+    """Tool adapter that fails the example if a write runs without provenance."""
+
+    def __init__(self) -> None:
+        self.validator = SchemaValidator(SCHEMAS)
+        self.strong: set[int] = set()
+        self.approved: set[int] = set()
+        self.writes = 0
+
+    def classify(self, call: ToolCall) -> Effect:
+        return EFFECTS.get(call.name, Effect.WRITE)
+
+    def validate(self, call: ToolCall) -> str | None:
+        return self.validator.check(call)
+
+    async def execute(self, call: ToolCall) -> Observation:
+        assert self.validate(call) is None, f"invalid call executed: {call}"
+        if self.classify(call) is Effect.WRITE:
+            assert id(call) in self.strong or id(call) in self.approved, f"unverified weak write: {call}"
+            self.writes += 1
+        return Observation("ok")
+
+
+class WatchedStrong(ScriptedPolicy):
+    def __init__(self, items, referee: Referee):
+        super().__init__(items)
+        self.referee = referee
+
+    async def propose(self, history, draft=(), feedback=None):
+        proposal = await super().propose(history, draft, feedback)
+        if proposal.action.call is not None:
+            self.referee.strong.add(id(proposal.action.call))
+        return proposal
+
+
+class WatchedVerifier(ScriptedVerifier):
+    """Marks the staged write approved only for a verdict that accepts the whole block."""
+
+    def __init__(self, items, referee: Referee):
+        super().__init__(items)
+        self.referee = referee
+
+    async def verify(self, history, block):
+        review = await super().verify(history, block)
+        v = review.verdict
+        j = v.accepted_prefix
+        if type(j) is int and j == len(block) and block and block[-1].staged and block[-1].action.call:
+            self.referee.approved.add(id(block[-1].action.call))
+        if isinstance(v.repair, Action) and v.repair.call is not None:
+            self.referee.strong.add(id(v.repair.call))  # a fused repair is the strong model's step
+        return review
+
+
+kind = st.sampled_from(sorted(KINDS))
+prefix = st.one_of(st.integers(-2, 8), st.booleans(), st.just("1"), st.none())
+verdict = st.one_of(
+    st.tuples(prefix, st.one_of(st.none(), kind)).map(
+        lambda t: MalformedOutput("no prefix") if t[0] is None else
+        Verdict(t[0], "r", None if t[1] in (None, "malformed") else KINDS[t[1]]())),
+    st.just("malformed"),
+)
+
+
+def scenarios(examples: int):
+    return lambda f: settings(max_examples=examples, deadline=None, derandomize=True,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])(
+        given(weak=st.lists(kind, max_size=25), strong=st.lists(kind, max_size=10),
+              verdicts=st.lists(verdict, max_size=10), k=st.integers(1, 6), max_steps=st.integers(1, 20),
+              review_messages=st.booleans())(f))
+
+
+@pytest.mark.slow
+@scenarios(10_000)
+def test_no_weak_write_reaches_a_tool_without_an_accepting_verdict(**scenario):
+    check(**scenario)
+
+
+@scenarios(300)
+def test_no_weak_write_reaches_a_tool_quick(**scenario):
+    check(**scenario)
+
+
+def check(weak, strong, verdicts, k, max_steps, review_messages):
+    referee = Referee()
+    verdicts = [MalformedOutput("unparseable") if v == "malformed" else v for v in verdicts]
+    parts = Parts(ScriptedPolicy([KINDS[w]() for w in weak]), WatchedStrong([KINDS[s]() for s in strong], referee),
+                  WatchedVerifier(verdicts, referee), referee, ScriptedUser(), Ledger())
+    traj = asyncio.run(run_specagent(Task("t", "x"), parts, SpecConfig(k=k, max_steps=max_steps,
+                                                                      review_messages=review_messages)))
+    assert len(traj.steps) <= max_steps
+    for step in traj.steps:  # and every committed weak write was reviewed and accepted
+        if step.author == "weak" and step.effect is Effect.WRITE and step.action.call is not None:
+            assert id(step.action.call) in referee.approved
