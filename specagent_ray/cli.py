@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console()
+    console = Console(width=max(Console().width, 132))
     try:
         if args.suite == "tau2":
             return _bench_tau2(args, console)
@@ -106,7 +106,8 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
         results = run_bench(cfg, lambda n: progress.advance(bar, n))
     summary = summarize(results, seed=args.seed)
     theory = [t for m in cfg.methods if m.startswith("specagent") and (t := theory_check(results, m))]
-    console.print(_summary_table(summary, cfg))
+    for table in _summary_tables(summary, cfg):
+        console.print(table)
     if theory:
         console.print(_theory_table(theory))
     stem = f"tau2-{cfg.domain}-seed{args.seed}"
@@ -123,35 +124,46 @@ def _fmt(x: float, spec: str = ".1f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def _summary_table(summary, cfg) -> Table:
+def _summary_tables(summary, cfg) -> list[Table]:
     base = next((s for s in summary if s.method == "strong"), None)
-    ratio = lambda x, y: _fmt(x / y, ".2f") if base and y else "n/a"  # noqa: E731
-    t = Table(title=f"tau2 {cfg.domain}: {cfg.trials} trial(s) x {summary[0].trajectories // cfg.trials} tasks, "
-                    f"K={cfg.spec.k} [simulated policies; Pass@1 measured by tau2; cost estimated on "
-                    f"{cfg.hardware.strong_gpus}x{cfg.hardware.gpu}]")
-    for col in ("method", "Pass@1 %", "Δ vs strong [95% CI]", "gap rec.", "strong calls/task",
-                "strong decode tok/task", "strong prefill tok/task", "weak tok/task", "strong HBM TB/task (est.)",
-                "HBM / strong", "FLOPs / strong (est.)", "GPU latency / strong (est.)", "wall ms/task (meas.)"):
-        t.add_column(col, justify="right" if col != "method" else "left")
+
+    def ratio(x: float, attr: str) -> str:
+        y = getattr(base, attr) if base else 0
+        return _fmt(x / y, ".2f") if y else "n/a"
+
+    tasks = summary[0].trajectories // cfg.trials
+    quality = Table(title=f"tau2 {cfg.domain}: quality, {tasks} tasks x {cfg.trials} trial(s), K={cfg.spec.k} "
+                          "[simulated policies; Pass@1 measured by tau2's evaluator]")
+    for col in ("method", "Pass@1 %", "Δ vs strong, pts [95% CI]", "gap recovered", "strong calls/task",
+                "committed steps/task"):
+        quality.add_column(col, justify="left" if col == "method" else "right")
     for s in summary:
-        t.add_row(
-            s.method, _fmt(s.pass_at_1), f"{_fmt(s.diff_vs_strong, '+.1f')} [{_fmt(s.ci_low, '+.1f')}, "
-            f"{_fmt(s.ci_high, '+.1f')}]", _fmt(s.gap_recovered, ".2f"), _fmt(s.strong_calls),
-            _fmt(s.strong_decode_tokens, ".0f"), _fmt(s.strong_prefill_tokens, ".0f"), _fmt(s.weak_tokens, ".0f"),
+        quality.add_row(s.method, _fmt(s.pass_at_1),
+                        f"{_fmt(s.diff_vs_strong, '+.1f')} [{_fmt(s.ci_low, '+.1f')}, {_fmt(s.ci_high, '+.1f')}]",
+                        _fmt(s.gap_recovered, ".2f"), _fmt(s.strong_calls), _fmt(s.committed_steps))
+    cost = Table(title=f"tau2 {cfg.domain}: cost per task [tokens simulated; HBM/FLOPs/latency estimated, strong on "
+                       f"{cfg.hardware.strong_gpus}x{cfg.hardware.gpu}; wall measured]")
+    for col in ("method", "strong decode tok", "strong prefill tok", "weak tok", "strong HBM TB [range]",
+                "HBM / strong", "FLOPs / strong", "GPU latency / strong", "wall ms"):
+        cost.add_column(col, justify="left" if col == "method" else "right")
+    for s in summary:
+        cost.add_row(
+            s.method, _fmt(s.strong_decode_tokens, ".0f"), _fmt(s.strong_prefill_tokens, ".0f"),
+            _fmt(s.weak_tokens, ".0f"),
             f"{_fmt(s.strong_hbm_tb, '.2f')} [{_fmt(s.strong_hbm_low_tb, '.2f')}-{_fmt(s.strong_hbm_high_tb, '.2f')}]",
-            ratio(s.strong_hbm_tb, base.strong_hbm_tb if base else 0),
-            ratio(s.flops, base.flops if base else 0), ratio(s.gpu_latency_s, base.gpu_latency_s if base else 0),
-            _fmt(s.wall_ms, ".2f"))
-    return t
+            ratio(s.strong_hbm_tb, "strong_hbm_tb"), ratio(s.flops, "flops"),
+            ratio(s.gpu_latency_s, "gpu_latency_s"), _fmt(s.wall_ms, ".2f"))
+    return [quality, cost]
 
 
 def _theory_table(theory) -> Table:
-    t = Table(title="Propositions 1/2: predicted from this run's counts vs measured (estimated-cost ratios)")
-    for col in ("method", "p_u", "n", "v/d", "rho", "kappa", "R_u pred.", "R_u meas.", "L_u pred.", "L_u meas."):
+    t = Table(title="Propositions 1/2 vs this run (ratios to Strong-only per committed step; HBM and latency "
+                    "estimated; prediction applied to the reviewed share f, see docs/simulation.md)")
+    for col in ("method", "p_u", "n", "v/d", "rho", "kappa", "f", "R pred.", "R meas.", "L pred.", "L meas."):
         t.add_column(col, justify="right")
     for x in theory:
-        t.add_row(x.method, *(_fmt(v, ".3f") for v in (x.p, x.n, x.v_over_d, x.rho, x.kappa, x.r_predicted,
-                                                        x.r_measured, x.l_predicted, x.l_measured)))
+        t.add_row(x.method, *(_fmt(v, ".3f") for v in (x.p, x.n, x.v_over_d, x.rho, x.kappa, x.reviewed_share,
+                                                        x.r_predicted, x.r_measured, x.l_predicted, x.l_measured)))
     return t
 
 

@@ -76,10 +76,10 @@ class ErrorRates:
 
 
 # Calibrated so Strong-only and Weak-only land near the paper's airline Pass@1 (86 / 80); see docs.
-STRONG_RATES = ErrorRates(wrong_arg=0.12, needless_read=0.03, skipped_read=0.02, premature_write=0.02,
-                          premature_stop=0.02)
-WEAK_RATES = ErrorRates(wrong_arg=0.17, needless_read=0.15, skipped_read=0.12, premature_write=0.05,
-                        premature_stop=0.03)
+STRONG_RATES = ErrorRates(wrong_arg=0.14, needless_read=0.03, skipped_read=0.02, premature_write=0.025,
+                          premature_stop=0.025)
+WEAK_RATES = ErrorRates(wrong_arg=0.17, needless_read=0.15, skipped_read=0.12, premature_write=0.03,
+                        premature_stop=0.02)
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class VerifierRates:
     """SIMULATED verifier quality: false accepts of bad steps, false rejects of fine ones, and how
     often a rejection carries a fused repair (1 - rho)."""
 
-    false_accept: float = 0.4
+    false_accept: float = 0.6
     false_reject: float = 0.03
     fused_repair: float = 0.8
 

@@ -1,0 +1,36 @@
+"""`specagent-ray bench tau2` end to end on a few tasks: table, JSON, PNG, and clear errors."""
+
+import json
+
+import pytest
+
+from specagent_ray.cli import main
+
+
+def test_bench_tau2_writes_json_and_plot(tmp_path, capsys):
+    rc = main(["bench", "tau2", "--tasks", "1,2,3", "--trials", "2", "--workers", "1", "--out", str(tmp_path),
+               "--methods", "strong,weak,specagent,agentcollab,specactions,specagent-exact"])
+    assert rc == 0
+    doc = json.loads((tmp_path / "tau2-airline-seed0.json").read_text())
+    assert doc["labels"]["policies"] == "simulated" and doc["labels"]["flops_hbm_gpu_latency"] == "estimated"
+    assert len(doc["results"]) == 3 * 2 * 6
+    methods = {s["method"]: s for s in doc["summary"]}
+    assert methods["weak"]["strong_calls"] == 0 and methods["strong"]["weak_tokens"] == 0
+    assert methods["specagent"]["strong_decode_tokens"] < methods["strong"]["strong_decode_tokens"]
+    assert {t["method"] for t in doc["theory"]} <= {"specagent", "specagent-exact"}
+    png = (tmp_path / "tau2-airline-seed0.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    out = capsys.readouterr().out
+    assert "Pass@1" in out and "simulated" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--methods", "strong,oracle"], "unknown method"),
+    (["--k", "0"], "k must be"),
+    (["--tasks", "9999"], "no task"),
+    (["--trials", "0"], "trials must be"),
+])
+def test_bad_arguments_give_a_clear_error(argv, message, capsys, tmp_path):
+    rc = main(["bench", "tau2", "--workers", "1", "--out", str(tmp_path), *argv])
+    assert rc == 2
+    assert message in capsys.readouterr().out
