@@ -10,7 +10,6 @@ from typing import Iterable, Sequence
 
 from ..protocol.types import Action, History, Observation, Proposal, Review, Step, Usage, Verdict
 
-Scripted = "Action | Proposal | Verdict | Review | Exception"
 
 
 class _Script:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..protocol.types import (
-    Action, ActionKind, Effect, History, Proposal, Review, Step, Usage, Verdict,
+    Action, ActionKind, Effect, History, Proposal, Review, Step, Verdict,
 )
 from .tokens import PrefixCache, TokenModel
 
@@ -54,7 +54,7 @@ def build_script(gold_calls: Sequence[Action], communicate: Sequence[str], effec
     closing = "Everything is taken care of." + "".join(f" {c}." for c in communicate)
     items += [Action.message(closing), Action.stop()]
     effects = tuple(effect(a) if a.kind is ActionKind.TOOL else Effect.WRITE for a in items)
-    reads = [a for a, e in zip(items, effects) if e is Effect.READ and a.kind is ActionKind.TOOL]
+    reads = [a for a, e in zip(items, effects, strict=False) if e is Effect.READ and a.kind is ActionKind.TOOL]
     return GoldScript(tuple(items), effects, tuple(reads) or tuple(spare_reads))
 
 

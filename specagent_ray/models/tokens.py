@@ -30,7 +30,7 @@ class PrefixCache:
             self.last = steps
             return 0
         k = 0
-        for a, b in zip(self.last, steps):
+        for a, b in zip(self.last, steps, strict=False):
             if a is not b:
                 break
             k += 1

@@ -32,7 +32,7 @@ async def run_weak_only(task: Task, parts: Parts, config: SpecConfig = SpecConfi
 
 async def _single_author(task: Task, parts: Parts, config: SpecConfig, role: str) -> Trajectory:
     run = Run(task, parts, config)
-    while run.active():
+    while run.next_round():
         proposal = await run.propose(role, "step")  # type: ignore[arg-type]
         if proposal is not None:
             await run.take(proposal.action, role)  # type: ignore[arg-type]
@@ -41,7 +41,7 @@ async def _single_author(task: Task, parts: Parts, config: SpecConfig, role: str
 
 async def run_agentcollab(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
     run = Run(task, parts, config)
-    while run.active():
+    while run.next_round():
         proposal = await run.propose("weak", "step")
         last = run.history.steps[-1] if run.history.steps else None
         after_error = last is not None and last.observation is not None and last.observation.error
@@ -69,7 +69,7 @@ def _escalation_reason(run: Run, proposal, after_error: bool) -> str | None:
 
 async def run_speculative_actions(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
     run = Run(task, parts, config)
-    while run.active():
+    while run.next_round():
         strong, guess = await asyncio.gather(run.propose("strong", "step"), run.propose("weak", "speculate"))
         if strong is None:
             continue

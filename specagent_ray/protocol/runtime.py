@@ -83,9 +83,9 @@ class Run:
 
     # -- the run's life -------------------------------------------------------------------------
 
-    def active(self) -> bool:
-        """False once the agent or user stopped, or a guard tripped. Rounds bound runs that commit
-        nothing (e.g. a strong policy that keeps emitting malformed output)."""
+    def next_round(self) -> bool:
+        """Start a round; False once the agent or user stopped or a guard tripped. The round count
+        bounds runs that commit nothing (e.g. a strong policy that keeps emitting malformed output)."""
         if self.termination is not None:
             return False
         self.rounds += 1
@@ -192,8 +192,3 @@ class Run:
         observation = None if action.kind is ActionKind.STOP else await self.observe(action)
         self.commit([Step(action, observation, author, effect)])
         return True
-
-
-def all_steps(history: History, draft: Sequence[Step]) -> Sequence[Step]:
-    """H ⊕ draft, as policies see it."""
-    return history.steps + tuple(draft) if draft else history.steps

@@ -40,7 +40,7 @@ async def run_specagent(task: Task, parts: Parts, config: SpecConfig = SpecConfi
     run = Run(task, parts, config)
     # Invariant: a weak model's write reaches a tool only after the strong model accepts it.
     # The only other way to a write is a strong repair, which is the strong model's own step.
-    while run.active():
+    while run.next_round():
         block = await draft(run)
         if not block.staged:
             run.commit(block.steps)  # reads only: reversible, so no review (a full K-read block)

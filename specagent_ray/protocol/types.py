@@ -191,9 +191,8 @@ class Event:
     """One entry of the trajectory's event log: what happened, to which action, and why."""
 
     kind: Literal[
-        "drafted", "staged", "accepted", "rejected", "committed_unreviewed", "fused_repair",
-        "strong_repair", "strong_step", "weak_step", "escalated", "speculation_hit",
-        "speculation_miss", "invalid_action", "malformed_output", "tool_error", "executed",
+        "drafted", "staged", "accepted", "rejected", "fused_repair", "strong_repair", "escalated",
+        "speculation_hit", "speculation_miss", "invalid_action", "malformed_output", "tool_error",
     ]
     detail: str = ""
     action: Action | None = None

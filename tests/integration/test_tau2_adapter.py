@@ -6,7 +6,7 @@ import pytest
 
 from specagent_ray.bench.simulation import SimSettings, simulated_parts
 from specagent_ray.models.simulated import ErrorRates
-from specagent_ray.protocol import METHODS, Action, Effect, SpecConfig, ToolCall, Verdict
+from specagent_ray.protocol import METHODS, Effect, SpecConfig, ToolCall
 from specagent_ray.tools.tau2 import Grader, Tau2Domain, Tau2Tools
 
 

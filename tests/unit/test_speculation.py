@@ -8,7 +8,6 @@ from specagent_ray.costs.ledger import Ledger
 from specagent_ray.models.scripted import ScriptedPolicy, ScriptedUser, ScriptedVerifier
 from specagent_ray.protocol import (
     METHODS, Action, Effect, MalformedOutput, Parts, Proposal, SpecConfig, Task, Termination, Verdict,
-    run_specagent,
 )
 from specagent_ray.tools.scripted import InMemoryTools, ToolSpec, object_schema
 
