@@ -167,10 +167,15 @@ def plot(path: Path, summary: Sequence[MethodSummary], title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    placed: list[tuple[float, float]] = []
+    x_span = max((s.strong_hbm_high_tb for s in summary), default=1.0) or 1.0
     for s in summary:
         xerr = [[s.strong_hbm_tb - s.strong_hbm_low_tb], [s.strong_hbm_high_tb - s.strong_hbm_tb]]
         ax.errorbar(s.strong_hbm_tb, s.pass_at_1, xerr=xerr, fmt="o", capsize=3)
-        ax.annotate(s.method, (s.strong_hbm_tb, s.pass_at_1), textcoords="offset points", xytext=(6, 4))
+        # labels of coinciding points (e.g. Speculative Actions sits on Strong-only) stack downwards
+        near = sum(abs(x - s.strong_hbm_tb) < 0.03 * x_span and abs(y - s.pass_at_1) < 0.5 for x, y in placed)
+        placed.append((s.strong_hbm_tb, s.pass_at_1))
+        ax.annotate(s.method, (s.strong_hbm_tb, s.pass_at_1), textcoords="offset points", xytext=(6, 4 - 12 * near))
     ax.set_xlabel("strong-model HBM read per task, TB (estimated)")
     ax.set_ylabel("Pass@1, % (tau2 evaluator)")
     ax.set_title(title, fontsize=9)
