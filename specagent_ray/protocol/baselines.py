@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Awaitable, Callable, Sequence
 
 from .interfaces import Policy
@@ -100,16 +101,30 @@ class ExactMatchVerifier:
 
 
 async def run_specagent_exact(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
-    exact = Parts(parts.weak, parts.strong, ExactMatchVerifier(parts.strong), parts.tools, parts.user,
-                  parts.ledger, parts.clock)
+    exact = dataclasses.replace(parts, verifier=ExactMatchVerifier(parts.strong))
     return await run_specagent(task, exact, config)
 
 
-METHODS: dict[str, Method] = {
+def _session(name: str, method: Method) -> Method:
+    """The method as a served session: one root span over the whole run."""
+
+    async def session(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
+        with parts.spans.span("session", {"specagent.method": name, "specagent.task_id": task.id}) as span:
+            trajectory = await method(task, parts, config)
+            span.set("specagent.committed_steps", len(trajectory.steps))
+            span.set("specagent.termination", trajectory.termination.value)
+            return trajectory
+
+    session.__name__ = session.__qualname__ = method.__name__
+    session.__doc__ = method.__doc__
+    return session
+
+
+METHODS: dict[str, Method] = {name: _session(name, fn) for name, fn in {
     "strong": run_strong_only,
     "weak": run_weak_only,
     "specagent": run_specagent,
     "agentcollab": run_agentcollab,
     "specactions": run_speculative_actions,
     "specagent-exact": run_specagent_exact,
-}
+}.items()}

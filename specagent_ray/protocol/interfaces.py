@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence
+from typing import ContextManager, Literal, Mapping, Protocol, Sequence
 
 from .types import Author, Effect, History, Observation, Proposal, Review, Step, ToolCall, Usage
 
@@ -64,3 +64,34 @@ class CallRecord:
 
 class Ledger(Protocol):
     def record(self, call: CallRecord) -> None: ...
+
+
+class SpanHandle(Protocol):
+    def set(self, key: str, value: object) -> None: ...
+
+
+class Spans(Protocol):
+    """Where the loop reports its structure (session, block, model and tool calls). The core only
+    names spans and attributes; telemetry/tracing.py maps them onto OpenTelemetry."""
+
+    def span(self, name: str, attributes: Mapping[str, object] | None = None) -> ContextManager[SpanHandle]: ...
+
+
+class _NullSpan:
+    def __enter__(self) -> "_NullSpan":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def set(self, key: str, value: object) -> None:
+        return None
+
+
+class NoSpans:
+    """The default: records nothing and costs one method call per span."""
+
+    _null = _NullSpan()
+
+    def span(self, name: str, attributes: Mapping[str, object] | None = None) -> _NullSpan:
+        return self._null

@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .interfaces import CallRecord, Ledger, MalformedOutput, Policy, Purpose, ToolAdapter, User, Verifier
+from .interfaces import (
+    CallRecord, Ledger, MalformedOutput, NoSpans, Policy, Purpose, SpanHandle, Spans, ToolAdapter, User, Verifier,
+)
 from .types import (
     Action,
     ActionKind,
@@ -55,7 +57,8 @@ class SpecConfig:
 
 @dataclass
 class Parts:
-    """The pieces one run is made of. ``clock`` is injected so tests and benches control time."""
+    """The pieces one run is made of. ``clock`` is injected so tests and benches control time;
+    ``spans`` receives the run's structure (no-op unless telemetry is wired in)."""
 
     weak: Policy
     strong: Policy
@@ -64,6 +67,7 @@ class Parts:
     user: User
     ledger: Ledger
     clock: Callable[[], float] = time.perf_counter
+    spans: Spans = field(default_factory=NoSpans)
 
 
 @dataclass
@@ -139,43 +143,64 @@ class Run:
     ) -> Proposal | None:
         """Ask a policy for the next action and record the call. None if its output was malformed."""
         policy = self.parts.weak if role == "weak" else self.parts.strong
-        start = self.parts.clock()
-        try:
-            proposal = await policy.propose(self.history, draft, feedback)
-        except MalformedOutput as exc:
-            self.record(role, purpose, None, start)
-            self.note("malformed_output", f"{role} policy: {exc}")
-            return None
-        self.record(role, purpose, proposal, start)
-        return proposal
+        with self.model_span(role, purpose) as span:
+            start = self.parts.clock()
+            try:
+                proposal = await policy.propose(self.history, draft, feedback)
+            except MalformedOutput as exc:
+                self.record(role, purpose, None, start, span)
+                self.note("malformed_output", f"{role} policy: {exc}")
+                span.set("error.type", "malformed_output")
+                return None
+            self.record(role, purpose, proposal, start, span)
+            return proposal
 
     async def verify(self, block: Sequence[Step]) -> Verdict:
         """One strong call over H + block. Malformed output is a full rejection, never trusted."""
-        start = self.parts.clock()
-        try:
-            review = await self.parts.verifier.verify(self.history, block)
-        except MalformedOutput as exc:
-            self.record("strong", "verify", None, start)
-            return Verdict(0, f"malformed verdict: {exc}")
-        self.record("strong", "verify", review, start)
+        with self.model_span("strong", "verify") as span:
+            start = self.parts.clock()
+            try:
+                review = await self.parts.verifier.verify(self.history, block)
+            except MalformedOutput as exc:
+                self.record("strong", "verify", None, start, span)
+                return Verdict(0, f"malformed verdict: {exc}")
+            self.record("strong", "verify", review, start, span)
         verdict = review.verdict
         if not isinstance(verdict, Verdict):
             return Verdict(0, f"malformed verdict: {type(verdict).__name__}")
         return verdict.checked(len(block))
 
-    def record(self, role: Author, purpose: Purpose, reply: object, start: float) -> None:
-        usage = getattr(reply, "usage", None)
-        self.parts.ledger.record(CallRecord(role, purpose, usage or Usage(), self.parts.clock() - start))
+    def span(self, name: str, **attributes: object):
+        return self.parts.spans.span(name, attributes)
+
+    def model_span(self, role: Author, purpose: Purpose):
+        """A model call, named and attributed after the OpenTelemetry GenAI conventions."""
+        return self.parts.spans.span(f"chat {purpose}", {
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": role, "specagent.purpose": purpose})
+
+    def record(self, role: Author, purpose: Purpose, reply: object, start: float, span: SpanHandle) -> None:
+        usage = getattr(reply, "usage", None) or Usage()
+        self.parts.ledger.record(CallRecord(role, purpose, usage, self.parts.clock() - start))
+        span.set("gen_ai.usage.input_tokens", usage.prompt_tokens)
+        span.set("gen_ai.usage.output_tokens", usage.decode_tokens)
+        span.set("specagent.cached_input_tokens", usage.cached_prompt_tokens)
 
     async def observe(self, action: Action) -> Observation:
         """Execute a valid, non-stop action. A tool that raises becomes an error observation."""
-        try:
-            if action.kind is ActionKind.TOOL:
-                return await self.parts.tools.execute(action.call)  # type: ignore[arg-type]
-            return await self.parts.user.reply(action.text)
-        except Exception as exc:  # the tool's failure is data for the agent, not a crash of the run
-            self.note("tool_error", f"{action.describe()}: {type(exc).__name__}: {exc}", action)
-            return Observation(f"Error: {type(exc).__name__}: {exc}", error=True)
+        if action.kind is ActionKind.TOOL:
+            name, attributes = f"execute_tool {action.call.name}", {  # type: ignore[union-attr]
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": action.call.name}  # type: ignore[union-attr]
+        else:
+            name, attributes = "user_message", {}
+        with self.parts.spans.span(name, attributes) as span:
+            try:
+                if action.kind is ActionKind.TOOL:
+                    return await self.parts.tools.execute(action.call)  # type: ignore[arg-type]
+                return await self.parts.user.reply(action.text)
+            except Exception as exc:  # the tool's failure is data for the agent, not a crash of the run
+                self.note("tool_error", f"{action.describe()}: {type(exc).__name__}: {exc}", action)
+                span.set("error.type", type(exc).__name__)
+                return Observation(f"Error: {type(exc).__name__}: {exc}", error=True)
 
     async def take(self, action: Action | None, author: Author) -> bool:
         """Validate, execute and commit one step. The single path by which any action has effect.

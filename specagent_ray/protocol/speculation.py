@@ -41,14 +41,17 @@ async def run_specagent(task: Task, parts: Parts, config: SpecConfig = SpecConfi
     # Invariant: a weak model's write reaches a tool only after the strong model accepts it.
     # The only other way to a write is a strong repair, which is the strong model's own step.
     while run.next_round():
-        block = await draft(run)
-        if not block.staged:
-            run.commit(block.steps)  # reads only: reversible, so no review (a full K-read block)
-            if block.refused is not None:
-                await strong_repair(run, block.refused)
-            continue
-        verdict = await run.verify(block.steps)
-        await commit(run, block, verdict)
+        with run.span("block") as span:
+            block = await draft(run)
+            span.set("specagent.draft_length", len(block.steps))
+            if not block.staged:
+                run.commit(block.steps)  # reads only: reversible, so no review (a full K-read block)
+                if block.refused is not None:
+                    await strong_repair(run, block.refused)
+                continue
+            verdict = await run.verify(block.steps)
+            span.set("specagent.accepted_prefix", verdict.accepted_prefix)
+            await commit(run, block, verdict)
     return run.trajectory()
 
 
@@ -92,7 +95,8 @@ async def commit(run: Run, block: Block, verdict: Verdict) -> None:
     repair = verdict.repair
     if repair is not None and run.invalid_reason(repair) is None:
         run.note("fused_repair", verdict.reason, repair)
-        await run.take(repair, "strong")
+        with run.span("repair", **{"specagent.repair_kind": "fused"}):
+            await run.take(repair, "strong")
     else:
         if repair is not None:
             run.note("invalid_action", f"fused repair: {run.invalid_reason(repair)}", repair)
@@ -103,7 +107,8 @@ async def strong_repair(run: Run, reason: str) -> None:
     """One step written by the strong policy from (H, r). Not verified again."""
     if run.termination is not None:
         return
-    proposal = await run.propose("strong", "repair", feedback=reason)
-    if proposal is not None:
-        run.note("strong_repair", reason, proposal.action)
-        await run.take(proposal.action, "strong")
+    with run.span("repair", **{"specagent.repair_kind": "strong"}):
+        proposal = await run.propose("strong", "repair", feedback=reason)
+        if proposal is not None:
+            run.note("strong_repair", reason, proposal.action)
+            await run.take(proposal.action, "strong")
