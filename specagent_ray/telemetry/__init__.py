@@ -1,0 +1,23 @@
+"""Telemetry: NVML sampling (measured GPU-s and DRAM bytes), per-request attribution, resource reports."""
+
+from .attribution import Attributed, Attribution, Window, attribute, bucket_tokens
+from .nvml import DeviceStatus, NvmlApi, NvmlSampler, PynvmlApi
+from .resources import Pricing, ResourceReport, RoleDeployment, RoleTokens, report_from_ledger, session_report
+
+__all__ = [
+    "Attributed",
+    "Attribution",
+    "DeviceStatus",
+    "NvmlApi",
+    "NvmlSampler",
+    "Pricing",
+    "PynvmlApi",
+    "ResourceReport",
+    "RoleDeployment",
+    "RoleTokens",
+    "Window",
+    "attribute",
+    "bucket_tokens",
+    "report_from_ledger",
+    "session_report",
+]
