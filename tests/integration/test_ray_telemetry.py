@@ -1,0 +1,109 @@
+"""Telemetry on a real local Ray instance: metrics on Ray's Prometheus port, traces across an actor."""
+
+import asyncio
+import re
+import socket
+import time
+import urllib.request
+
+import pytest
+
+ray = pytest.importorskip("ray")  # ray[serve] is part of the dev extra; a missing install fails loudly below
+
+from specagent_ray.costs.ledger import Ledger  # noqa: E402
+from specagent_ray.models.scripted import ScriptedPolicy, ScriptedUser, ScriptedVerifier  # noqa: E402
+from specagent_ray.protocol import METHODS, Action, Effect, Parts, SpecConfig, Task, Verdict  # noqa: E402
+from specagent_ray.telemetry.tracing import OtelSpans, attached, carrier, make_provider  # noqa: E402
+from specagent_ray.tools.scripted import InMemoryTools, ToolSpec, object_schema  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def test_ray_is_installed_by_the_dev_extra():
+    assert ray.__version__ == "2.60.0"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    port = _free_port()
+    ray.init(num_cpus=2, include_dashboard=False, _metrics_export_port=port,
+             _system_config={"metrics_report_interval_ms": 500}, log_to_driver=False)
+    yield port
+    ray.shutdown()
+
+
+def _scrape(port: int, needle: str, timeout_s: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    body = ""
+    while time.monotonic() < deadline:
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            if needle in body:
+                return body
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{needle} never appeared on Ray's metrics port {port}")
+
+
+def _value(body: str, name: str, **labels: str) -> float:
+    for line in body.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sample {name} {labels}")
+
+
+def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
+    from specagent_ray.telemetry.metrics import ProtocolMetrics
+
+    tools = InMemoryTools({"lookup": ToolSpec(Effect.READ, object_schema(id="string")),
+                           "refund": ToolSpec(Effect.WRITE, object_schema(id="string", amount="integer"))})
+    parts = Parts(ScriptedPolicy([Action.tool("lookup", id="a"), Action.tool("refund", id="a", amount=1),
+                                  Action.stop()]),
+                  ScriptedPolicy([Action.stop()]), ScriptedVerifier([Verdict(2), Verdict(0, "no")]), tools,
+                  ScriptedUser(), Ledger())
+    trajectory = asyncio.run(METHODS["specagent"](Task("t", "x"), parts, SpecConfig()))
+    metrics = ProtocolMetrics()
+    metrics.observe_session("specagent", trajectory, parts.ledger.calls)
+    metrics.observe_batch(7)
+    metrics.count_fallback("timeout")
+    body = _scrape(ray_cluster, "ray_specagent_fallbacks_total")
+    assert _value(body, "ray_specagent_fallbacks_total", kind="timeout") == 1.0
+    assert _value(body, "ray_specagent_accepted_prefix_count", method="specagent") == 2.0  # two reviewed blocks
+    # Ray's exported sums are approximate; buckets are exact: j = 2, then j = 0
+    assert _value(body, "ray_specagent_accepted_prefix_bucket", method="specagent", le="0.5") == 1.0
+    assert _value(body, "ray_specagent_accepted_prefix_bucket", method="specagent", le="1.5") == 1.0
+    assert _value(body, "ray_specagent_accepted_prefix_bucket", method="specagent", le="2.5") == 2.0
+    # three strong calls: two verifies and one repair
+    assert _value(body, "ray_specagent_strong_calls_per_session_bucket", method="specagent", le="2.5") == 0.0
+    assert _value(body, "ray_specagent_strong_calls_per_session_bucket", method="specagent", le="4.5") == 1.0
+    assert _value(body, "ray_specagent_verifier_batch_size_bucket", le="8.5") == 1.0
+    assert _value(body, "ray_specagent_verifier_batch_size_bucket", le="4.5") == 0.0
+
+
+@ray.remote
+class _Engine:
+    """Stands in for a deployment on the far side of an actor call."""
+
+    def call(self, incoming):
+        provider, exporter = make_provider("memory")
+        with attached(incoming), OtelSpans(provider).span("chat verify"):
+            pass
+        span = exporter.get_finished_spans()[0]
+        return span.context.trace_id, span.parent.span_id if span.parent else None
+
+
+def test_trace_context_crosses_a_ray_actor_call(ray_cluster):
+    provider, exporter = make_provider("memory")
+    engine = _Engine.remote()
+    with OtelSpans(provider).span("block"):
+        trace_id, parent = ray.get(engine.call.remote(carrier()))
+    block = exporter.get_finished_spans()[0]
+    assert trace_id == block.context.trace_id and parent == block.context.span_id
+    assert re.fullmatch(r"[0-9]+", str(trace_id))
