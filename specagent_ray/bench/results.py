@@ -8,6 +8,7 @@ from ..costs.ledger import Ledger
 from ..costs.model import CallCost, ledger_cost
 from ..costs.specs import GpuProfile, ModelSpec
 from ..protocol.types import Trajectory
+from ..telemetry.resources import ResourceReport
 
 
 class Frozen(BaseModel):
@@ -53,6 +54,7 @@ class TrialResult(Frozen):
     strong: RoleUsage
     weak: RoleUsage
     blocks: BlockStats
+    resources: ResourceReport | None = None  # the product's per-request report (estimated without a GPU)
     label: str = "simulated"
 
 

@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 from ..costs.specs import load_gpu, load_model
 from ..protocol.baselines import METHODS
 from ..protocol.runtime import SpecConfig
+from ..telemetry.resources import RoleDeployment, report_from_ledger
 from ..tools.tau2 import Grader, Tau2Domain
 from .results import TrialResult, block_stats, role_usage
 from .simulation import SimSettings, simulated_parts
@@ -65,13 +66,15 @@ async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> 
     hw = cfg.hardware
     gpu = load_gpu(hw.gpu)
     hidden = HIDDEN.get(method, frozenset())
+    deployments = {"strong": RoleDeployment(spec=load_model(hw.strong_model), gpu=gpu, n_gpus=hw.strong_gpus),
+                   "weak": RoleDeployment(spec=load_model(hw.weak_model), gpu=gpu, n_gpus=hw.weak_gpus)}
     return TrialResult(
         method=method, task_id=task_id, trial=trial,
         reward=grader.reward(task_id, trajectory, task.instruction),
         termination=trajectory.termination.value, committed_steps=len(trajectory.steps), wall_s=wall,
         strong=role_usage(parts.ledger, "strong", load_model(hw.strong_model), gpu, hw.strong_gpus),
         weak=role_usage(parts.ledger, "weak", load_model(hw.weak_model), gpu, hw.weak_gpus, hidden),
-        blocks=block_stats(trajectory),
+        blocks=block_stats(trajectory), resources=report_from_ledger(parts.ledger, deployments),
     )
 
 

@@ -34,3 +34,14 @@ def test_bad_arguments_give_a_clear_error(argv, message, capsys, tmp_path):
     rc = main(["bench", "tau2", "--workers", "1", "--out", str(tmp_path), *argv])
     assert rc == 2
     assert message in capsys.readouterr().out
+
+
+def test_each_stored_trajectory_carries_an_estimated_resource_report(tmp_path):
+    assert main(["bench", "tau2", "--tasks", "2", "--trials", "1", "--workers", "1", "--out", str(tmp_path),
+                 "--methods", "strong,specagent"]) == 0
+    doc = json.loads((tmp_path / "tau2-airline-seed0.json").read_text())
+    for r in doc["results"]:
+        rep = r["resources"]
+        assert rep["gpu_seconds_source"] == "estimated" and rep["hbm_source"] == "estimated"
+        assert rep["gpu_seconds"] > 0 and rep["hbm_bytes"] > 0  # never a 0 passed off as a reading
+        assert rep["strong_calls"] == r["strong"]["calls"]
