@@ -6,15 +6,22 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from .storage.base import StoreError
 
 EPILOG = """examples:
   specagent-ray bench tau2 --domain airline --trials 3
   specagent-ray bench tau2 --domain retail --methods strong,weak,specagent --tasks 0,1,2 --k 8
   specagent-ray bench throughput --seconds 3
   specagent-ray bench theory --p 0.5,0.7,0.9
+  specagent-ray bench tau2 --tasks 0,1 --store s3://bench-results/team-a
+  specagent-ray results ls
+  specagent-ray results compare tau2-airline-seed0.json tau2-airline-seed1.json
 
 All policies in these benches are SIMULATED (seeded replays of tau2 gold actions through an error
 model); Pass@1 is measured by tau2's own evaluator; FLOPs, HBM-read and GPU latency are ESTIMATED
@@ -50,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--gpu", default="h20", help="GPU profile for estimates (h20, h200)")
     t.add_argument("--strong-gpus", type=int, default=16, help="GPUs holding the strong model")
     t.add_argument("--out", type=Path, default=Path("results"), help="folder for the JSON and PNG")
+    t.add_argument("--store", default=None, metavar="URI",
+                   help="also put the JSON and PNG into this store under the same names "
+                        "(a path, file:///abs/path or s3://bucket/prefix?endpoint=URL)")
 
     th = bench.add_parser("throughput", help="committed steps/s of the protocol loop alone (zero-latency policies)",
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -61,13 +71,49 @@ def build_parser() -> argparse.ArgumentParser:
     mc.add_argument("--p", type=lambda s: tuple(float(x) for x in _csv(s)), default=(0.5, 0.7, 0.9))
     mc.add_argument("--n", type=int, default=4, help="block length")
     mc.add_argument("--steps", type=int, default=30_000, help="committed steps per point")
+    _add_results_parser(sub)
     return p
+
+
+RESULTS_EPILOG = """examples:
+  specagent-ray results ls                                   # ./results, the folder `bench tau2` writes
+  specagent-ray results ls --store s3://bench-results/team-a --prefix tau2-airline
+  specagent-ray results show tau2-airline-seed0.json
+  specagent-ray results compare tau2-airline-seed0.json tau2-airline-seed1.json \\
+      --store "s3://bench-results/team-a?endpoint=http://127.0.0.1:9000&region=us-east-1"
+
+Stores: a plain path, file:///abs/path, or s3://bucket[/prefix][?endpoint=URL&region=NAME&max_attempts=N].
+S3 credentials come from boto3's usual chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws, a role).
+KEY is the path inside the store, as `results ls` prints it. Compare prints ratios B/A."""
+
+
+def _add_results_parser(sub) -> None:
+    r = sub.add_parser("results", help="list, show and compare stored bench results (local folder or S3)",
+                       description="Bench results in a store: a local folder (default ./results) or S3.",
+                       epilog=RESULTS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = r.add_subparsers(dest="action", required=True)
+    store_help = "store URI (default: file://$PWD/results)"
+    ls = actions.add_parser("ls", help="list the keys in a store", epilog=RESULTS_EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    ls.add_argument("--store", default=None, metavar="URI", help=store_help)
+    ls.add_argument("--prefix", default="", help="only keys starting with this, e.g. tau2-airline")
+    show = actions.add_parser("show", help="the summary tables of one `bench tau2` result",
+                              epilog=RESULTS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    show.add_argument("key", metavar="KEY")
+    show.add_argument("--store", default=None, metavar="URI", help=store_help)
+    cmp_ = actions.add_parser("compare", help="two `bench tau2` results per method, with ratios B/A",
+                              epilog=RESULTS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cmp_.add_argument("key_a", metavar="KEY_A")
+    cmp_.add_argument("key_b", metavar="KEY_B")
+    cmp_.add_argument("--store", default=None, metavar="URI", help=store_help)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(width=max(Console().width, 132))
     try:
+        if args.command == "results":
+            return _results(args, console)
         if args.suite == "tau2":
             return _bench_tau2(args, console)
         if args.suite == "throughput":
@@ -78,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.montecarlo import report_theory
 
             return report_theory(console, args.p, args.n, args.steps)
-    except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    except (ValueError, StoreError) as exc:
+        # one line, no traceback; escape() so brackets in keys or S3 messages are not read as markup
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return 2
     return 1
 
@@ -99,6 +146,10 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
         workers=args.workers,
     )
     total = len(task_ids(cfg)) * cfg.trials * len(cfg.methods)
+    stem = f"tau2-{cfg.domain}-seed{args.seed}"
+    store = _open_store(args.store) if args.store else None
+    if store is not None:
+        store.list(stem)  # reachable, bucket exists: fail now rather than after the run
     columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as progress:
@@ -110,14 +161,102 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
         console.print(table)
     if theory:
         console.print(_theory_table(theory))
-    stem = f"tau2-{cfg.domain}-seed{args.seed}"
     meta = {"domain": cfg.domain, "trials": cfg.trials, "k": args.k, "methods": list(cfg.methods),
             "review_messages": args.review_messages, "seed": args.seed,
             "hardware": vars(cfg.hardware), "command": " ".join(sys.argv)}
     write_json(args.out / f"{stem}.json", results, summary, theory, meta)
     plot(args.out / f"{stem}.png", summary, f"tau2 {cfg.domain}, {cfg.trials} trial(s), simulated policies")
     console.print(f"wrote {args.out / (stem + '.json')} and {args.out / (stem + '.png')}")
+    if store is not None:
+        for suffix in (".json", ".png"):
+            try:
+                store.put(f"{stem}{suffix}", (args.out / f"{stem}{suffix}").read_bytes())
+            except StoreError as exc:
+                raise StoreError(f"{exc} (the local copies in {args.out} are complete)") from exc
+        console.print(f"stored {stem}.json and {stem}.png in {store}", soft_wrap=True)
     return 0
+
+
+def _open_store(uri: str | None):
+    from .storage import open_store
+
+    return open_store(uri if uri is not None else (Path.cwd() / "results").as_uri())
+
+
+def _results(args: argparse.Namespace, console: Console) -> int:
+    store = _open_store(args.store)
+    if args.action == "ls":
+        keys = store.list(args.prefix)
+        for key in keys:
+            console.print(escape(key), soft_wrap=True, highlight=False)
+        if not keys:
+            console.print(f"no keys{f' starting with {args.prefix!r}' if args.prefix else ''} in {store}",
+                          soft_wrap=True)
+        return 0
+    if args.action == "show":
+        doc = _load_bench(store, args.key)
+        console.print(f"{escape(args.key)} in {escape(str(store))}: {_describe(doc.cfg)}", soft_wrap=True,
+                      highlight=False)
+        console.print("labels: " + ", ".join(f"{k}={v}" for k, v in doc.labels.items()), soft_wrap=True)
+        for table in _summary_tables(doc.summary, doc.cfg):
+            console.print(table)
+        if doc.theory:
+            console.print(_theory_table(doc.theory))
+        return 0
+    a, b = _load_bench(store, args.key_a), _load_bench(store, args.key_b)
+    for tag, key, doc in (("A", args.key_a, a), ("B", args.key_b, b)):
+        console.print(f"{tag}: {escape(key)} ({_describe(doc.cfg)})", soft_wrap=True, highlight=False)
+    if a.cfg.domain != b.cfg.domain:
+        console.print(f"note: A and B are different domains ({a.cfg.domain} vs {b.cfg.domain})")
+    console.print(_compare_table(a.summary, b.summary))
+    return 0
+
+
+def _load_bench(store, key: str) -> SimpleNamespace:
+    """A `bench tau2` JSON (see bench.report.write_json) as summaries plus the run's settings."""
+    from .bench.report import MethodSummary, TheoryCheck
+    from .storage import get_json
+
+    doc = get_json(store, key)
+    try:
+        meta, hw = doc["meta"], doc["meta"]["hardware"]
+        cfg = SimpleNamespace(domain=meta["domain"], trials=int(meta["trials"]), seed=meta.get("seed", "?"),
+                              spec=SimpleNamespace(k=meta["k"]),
+                              hardware=SimpleNamespace(gpu=hw["gpu"], strong_gpus=hw["strong_gpus"]))
+        summary = [MethodSummary(**s) for s in doc["summary"]]
+        theory = [TheoryCheck(**t) for t in doc.get("theory", [])]
+        labels = dict(doc.get("labels", {}))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{key!r} in {store} is not a `bench tau2` result "
+                         f"(keys labels/meta/summary/theory/results): {type(exc).__name__}: {exc}") from None
+    if not summary or cfg.trials < 1:
+        raise ValueError(f"{key!r} in {store} is not a `bench tau2` result: empty summary or trials < 1")
+    return SimpleNamespace(cfg=cfg, summary=summary, theory=theory, labels=labels)
+
+
+def _describe(cfg: SimpleNamespace) -> str:
+    return (f"{cfg.domain}, {cfg.trials} trial(s), K={cfg.spec.k}, seed {cfg.seed}, "
+            f"strong on {cfg.hardware.strong_gpus}x{cfg.hardware.gpu}")
+
+
+def _compare_table(a: list, b: list) -> Table:
+    by_a, by_b = {s.method: s for s in a}, {s.method: s for s in b}
+    methods = list(by_a) + [m for m in by_b if m not in by_a]
+    t = Table(title="A vs B per task (Pass@1 measured by tau2's evaluator; HBM/FLOPs estimated; tokens as "
+                    "labelled in each file)")
+    t.add_column("method", justify="left")
+    for name in ("Pass@1 %", "strong HBM TB", "FLOPs", "strong decode tok"):
+        for col in (f"{name} A", f"{name} B", "B/A"):
+            t.add_column(col, justify="right")
+    fields = (("pass_at_1", ".1f"), ("strong_hbm_tb", ".2f"), ("flops", ".3g"), ("strong_decode_tokens", ".0f"))
+    for m in methods:
+        sa, sb = by_a.get(m), by_b.get(m)
+        row = [m]
+        for attr, spec in fields:
+            x, y = (getattr(sa, attr) if sa else None), (getattr(sb, attr) if sb else None)
+            row += [_fmt(x, spec), _fmt(y, spec), _fmt(y / x, ".2f") if x and y is not None else "n/a"]
+        t.add_row(*row)
+    return t
 
 
 def _fmt(x: float, spec: str = ".1f") -> str:
@@ -133,17 +272,17 @@ def _summary_tables(summary, cfg) -> list[Table]:
 
     tasks = summary[0].trajectories // cfg.trials
     quality = Table(title=f"tau2 {cfg.domain}: quality, {tasks} tasks x {cfg.trials} trial(s), K={cfg.spec.k} "
-                          "[simulated policies; Pass@1 measured by tau2's evaluator]")
-    for col in ("method", "Pass@1 %", "Δ vs strong, pts [95% CI]", "gap recovered", "strong calls/task",
+                          "(simulated policies; Pass@1 measured by tau2's evaluator)")
+    for col in ("method", "Pass@1 %", "Δ vs strong, pts (95% CI)", "gap recovered", "strong calls/task",
                 "committed steps/task"):
         quality.add_column(col, justify="left" if col == "method" else "right")
     for s in summary:
         quality.add_row(s.method, _fmt(s.pass_at_1),
                         f"{_fmt(s.diff_vs_strong, '+.1f')} [{_fmt(s.ci_low, '+.1f')}, {_fmt(s.ci_high, '+.1f')}]",
                         _fmt(s.gap_recovered, ".2f"), _fmt(s.strong_calls), _fmt(s.committed_steps))
-    cost = Table(title=f"tau2 {cfg.domain}: cost per task [tokens simulated; HBM/FLOPs/latency estimated, strong on "
-                       f"{cfg.hardware.strong_gpus}x{cfg.hardware.gpu}; wall measured]")
-    for col in ("method", "strong decode tok", "strong prefill tok", "weak tok", "strong HBM TB [range]",
+    cost = Table(title=f"tau2 {cfg.domain}: cost per task (tokens simulated; HBM/FLOPs/latency estimated, strong on "
+                       f"{cfg.hardware.strong_gpus}x{cfg.hardware.gpu}; wall measured)")
+    for col in ("method", "strong decode tok", "strong prefill tok", "weak tok", "strong HBM TB (range)",
                 "HBM / strong", "FLOPs / strong", "GPU latency / strong", "wall ms"):
         cost.add_column(col, justify="left" if col == "method" else "right")
     for s in summary:

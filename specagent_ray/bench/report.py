@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..costs.theory import l_u, r_u
+from ..storage.local import LocalStore
 from .results import TrialResult
 from .stats import gap_recovered, paired_bootstrap, pass_at_1
 from .tau2 import by_method
@@ -143,7 +144,6 @@ def _verify_cost(rs: Sequence[TrialResult], hbm) -> float:
 
 def write_json(path: Path, results: Sequence[TrialResult], summary: Sequence[MethodSummary],
                theory: Sequence[TheoryCheck], meta: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "labels": {
             "policies": "simulated", "pass_at_1": "measured (tau2 evaluator)", "tokens": "simulated",
@@ -154,9 +154,7 @@ def write_json(path: Path, results: Sequence[TrialResult], summary: Sequence[Met
         "theory": [asdict(t) for t in theory],
         "results": [r.model_dump() for r in results],
     }
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str))
-    tmp.replace(path)
+    LocalStore(path.parent).put(path.name, json.dumps(doc, indent=1, default=str).encode())  # atomic
 
 
 def plot(path: Path, summary: Sequence[MethodSummary], title: str) -> None:
