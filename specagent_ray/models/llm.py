@@ -1,0 +1,106 @@
+"""A policy and a verifier backed by a real model behind any ``Backend`` (see ``models/backend.py``).
+
+Both ask for structured output (the action or verdict JSON schema), parse it with ``models/parsing``,
+and handle malformed output the same way: one retry, whose prompt is the first prompt plus the bad
+answer and the reason it was refused (so it is still a prefix-cache hit); if the retry is malformed
+too, ``MalformedReply`` (a ``MalformedOutput``) is raised with both reasons. The protocol loop then turns
+it into a strong step (policy) or a full rejection (verifier) and records the reason. Parsed output is
+the only output that leaves this module, so malformed output is never executed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, TypeVar
+
+from ..protocol.interfaces import MalformedOutput
+from ..protocol.types import History, Proposal, Review, Step, Usage
+from ..telemetry.tracing import traceparent_headers
+from .backend import Backend
+from .parsing import parse_action, parse_verdict
+from .prompts import ChatMessage, PromptConfig, Prompts, retry_messages
+
+T = TypeVar("T")
+HeaderSource = Callable[[], Mapping[str, str]]
+
+
+class MalformedReply(MalformedOutput):
+    """Malformed output after the one retry. ``usage`` sums both calls, so a ledger that reads it
+    can still count the tokens spent."""
+
+    def __init__(self, message: str, usage: Usage):
+        super().__init__(message)
+        self.usage = usage
+
+
+def add(a: Usage, b: Usage) -> Usage:
+    return Usage(a.prompt_tokens + b.prompt_tokens, a.cached_prompt_tokens + b.cached_prompt_tokens,
+                 a.decode_tokens + b.decode_tokens)
+
+
+async def ask(backend: Backend, messages: Sequence[ChatMessage], schema: Mapping[str, Any], max_tokens: int,
+              temperature: float, headers: HeaderSource | None,
+              parse: Callable[[str, str | None], T]) -> tuple[T, Usage]:
+    """Call, parse, and on ``MalformedOutput`` retry exactly once. Returns the value and the summed usage."""
+    total = Usage()
+    reasons: list[str] = []
+    prompt = list(messages)
+    for attempt in range(2):
+        completion = await backend.complete(prompt, schema, max_tokens, temperature,
+                                            dict(headers()) if headers else None)
+        total = add(total, completion.usage)
+        try:
+            return parse(completion.text, completion.finish_reason), total
+        except MalformedOutput as exc:
+            reasons.append(str(exc))
+            prompt = retry_messages(messages, completion.text, str(exc))
+    raise MalformedReply(f"{reasons[0]}; after one retry: {reasons[1]}", total)
+
+
+class LLMPolicy:
+    """Implements ``Policy``: the next action from H + draft, or a repair step from (H, r).
+
+    Guarantees: a returned tool action names one of ``tool_schemas`` and carries an object as
+    arguments (schema conformance is the tool adapter's ``valid()``); usage sums every call made,
+    the retry included; confidence is 1.0 (self-reported confidence is not read from the model)."""
+
+    def __init__(self, backend: Backend, config: PromptConfig, tool_schemas: Mapping[str, Any],
+                 max_tokens: int = 1024, temperature: float = 0.0,
+                 headers: HeaderSource | None = traceparent_headers):
+        self.backend = backend
+        self.prompts = Prompts(config, tool_schemas)
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.headers = headers
+
+    async def propose(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> Proposal:
+        messages = self.prompts.draft(history, draft, feedback)
+        names: Collection[str] = self.prompts.tool_names
+        action, usage = await ask(self.backend, messages, self.prompts.action_schema, self.max_tokens,
+                                  self.temperature, self.headers,
+                                  lambda text, finish: parse_action(text, names, finish))
+        return Proposal(action, usage, 1.0)
+
+
+class LLMVerifier:
+    """Implements ``Verifier``: one call over H + block that decodes only a short verdict ``(j, r, ã)``.
+
+    Guarantees: a returned verdict has ``0 <= j <= n``; a fused repair, if any, names a known tool;
+    usage sums every call made, the retry included."""
+
+    def __init__(self, backend: Backend, config: PromptConfig, tool_schemas: Mapping[str, Any],
+                 max_tokens: int = 512, temperature: float = 0.0,
+                 headers: HeaderSource | None = traceparent_headers):
+        self.backend = backend
+        self.prompts = Prompts(config, tool_schemas)
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.headers = headers
+
+    async def verify(self, history: History, block: Sequence[Step]) -> Review:
+        n = len(block)
+        names: Collection[str] = self.prompts.tool_names
+        verdict, usage = await ask(self.backend, self.prompts.verify(history, block), self.prompts.verdict_schema(n),
+                                   self.max_tokens, self.temperature, self.headers,
+                                   lambda text, finish: parse_verdict(text, n, names, finish))
+        return Review(verdict, usage)

@@ -1,0 +1,236 @@
+"""Chat prompts for draft, verify and repair, and the JSON schemas their answers must follow.
+
+Every prompt starts with the same *leading block*: one system message (role, domain policy, the tools'
+JSON schemas rendered with sorted keys, the answer format, the task), then the committed history H as
+assistant/user turns (an action as its JSON, then ``Tool result (name): ...`` or ``Customer: ...``).
+What differs comes after it, in the last message:
+
+- draft  = leading block + the steps drafted so far + "decide the next action";
+- verify = leading block + the block's steps + "review the draft" (the staged step marked not executed);
+- repair = leading block + "the reviewer rejected the next step because: r" + "decide the next action".
+
+Guarantee: a step renders the same wherever it appears, so the verify prompt for (H, block) and the
+repair prompt for H + block[:j] share, byte for byte, the leading block of H plus the j accepted steps.
+The repair's prefill is then a prefix-cache hit in vLLM; the paper's templates share no prefix (+30-87 %
+FLOPs). All functions here are pure: the same inputs give the same messages.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import Any, Literal, TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..protocol.types import Action, ActionKind, History, Step, Task
+
+
+class ChatMessage(TypedDict):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+DEFAULT_ROLE = (
+    "You are a customer service agent. You help the customer by calling tools and sending messages, "
+    "following the policy below exactly."
+)
+
+
+class PromptConfig(BaseModel):
+    """The fixed text of the prompts. ``observation_chars`` truncates each tool result and reply."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: str = Field("", description="the domain policy, e.g. tau2's airline policy")
+    agent_role: str = Field(DEFAULT_ROLE, description="the first paragraph of the system message")
+    observation_chars: int = Field(4000, ge=1, description="longest observation shown, in characters")
+    tool_descriptions: dict[str, str] = Field(default_factory=dict, description="tool name -> what it does")
+
+
+# -- schemas ---------------------------------------------------------------------------------------
+
+def action_schema(tool_schemas: Mapping[str, Any]) -> dict[str, Any]:
+    """The schema of one action. A flat object with a ``kind`` enum, not a ``oneOf``: every engine
+    (xgrammar, cloud structured outputs) supports it. Which fields a kind needs is the parser's check."""
+    kinds = ["tool", "message", "stop"] if tool_schemas else ["message", "stop"]
+    properties: dict[str, Any] = {"kind": {"type": "string", "enum": kinds}}
+    if tool_schemas:
+        properties["name"] = {"type": "string", "enum": sorted(tool_schemas)}
+        properties["arguments"] = {"type": "object"}
+    properties["text"] = {"type": "string"}
+    return {"title": "action", "type": "object", "properties": properties, "required": ["kind"],
+            "additionalProperties": False}
+
+
+def verdict_schema(tool_schemas: Mapping[str, Any], n: int | None = None) -> dict[str, Any]:
+    """The schema of a verdict ``(j, r, ã)``; with ``n`` the engine also enforces ``j <= n``."""
+    prefix: dict[str, Any] = {"type": "integer", "minimum": 0}
+    if n is not None:
+        prefix["maximum"] = n
+    repair = {k: v for k, v in action_schema(tool_schemas).items() if k != "title"}
+    return {
+        "title": "verdict",
+        "type": "object",
+        "properties": {
+            "accepted_prefix": prefix,
+            "reason": {"type": "string"},
+            "repair": {"anyOf": [repair, {"type": "null"}]},
+        },
+        "required": ["accepted_prefix", "reason", "repair"],
+        "additionalProperties": False,
+    }
+
+
+# -- rendering -------------------------------------------------------------------------------------
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def render_action(action: Action) -> str:
+    """An action as the JSON object the model answers with: fields in the schema's order (the order
+    the engine generates them in), arguments with sorted keys."""
+    if action.kind is ActionKind.TOOL and action.call is not None:
+        return f'{{"kind": "tool", "name": {_json(action.call.name)}, "arguments": {_json(action.call.arguments)}}}'
+    if action.kind is ActionKind.MESSAGE:
+        return f'{{"kind": "message", "text": {_json(action.text)}}}'
+    return '{"kind": "stop"}'
+
+
+def truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} ...[{len(text) - limit} more chars truncated]"
+
+
+def step_messages(step: Step, observation_chars: int) -> list[ChatMessage]:
+    """One step as turns: the action, then its observation (none for a stop or a staged step)."""
+    out: list[ChatMessage] = [{"role": "assistant", "content": render_action(step.action)}]
+    obs = step.observation
+    if obs is None:
+        return out
+    body = truncate(obs.content, observation_chars)
+    if step.action.kind is ActionKind.TOOL and step.action.call is not None:
+        label = "Tool error" if obs.error else "Tool result"
+        out.append({"role": "user", "content": f"{label} ({step.action.call.name}): {body}"})
+    else:
+        out.append({"role": "user", "content": f"Customer: {body}"})
+    return out
+
+
+def steps_messages(steps: Sequence[Step], observation_chars: int) -> list[ChatMessage]:
+    return [m for s in steps for m in step_messages(s, observation_chars)]
+
+
+ANSWER_FORMAT = """# How to answer
+Each of your actions is exactly one JSON object, nothing else:
+- {"kind": "tool", "name": "<tool name>", "arguments": {...}} calls a tool;
+- {"kind": "message", "text": "..."} sends a message to the customer;
+- {"kind": "stop"} ends the conversation once the task is done.
+Tool results come back as "Tool result (<name>): ...", the customer's replies as "Customer: ..."."""
+
+
+def render_system(config: PromptConfig, tool_schemas: Mapping[str, Any], task: Task) -> str:
+    """The system message: role, policy, tools (sorted by name, schemas with sorted keys), format, task."""
+    parts = [config.agent_role.strip()]
+    if config.policy.strip():
+        parts.append("# Policy\n" + config.policy.strip())
+    tools = ["# Tools\nEach tool: its name, what it does, and the JSON Schema of its arguments."]
+    for name in sorted(tool_schemas):
+        about = config.tool_descriptions.get(name, "").strip()
+        tools.append(f"## {name}\n" + (about + "\n" if about else "") + _json(tool_schemas[name]))
+    parts.append("\n".join(tools))
+    parts.append(ANSWER_FORMAT)
+    parts.append("# Task\n" + task.instruction.strip())
+    return "\n\n".join(parts)
+
+
+class Prompts:
+    """Builds the message lists for one domain. Pure: same (history, steps) in, same messages out."""
+
+    def __init__(self, config: PromptConfig, tool_schemas: Mapping[str, Any]):
+        self.config = config
+        self.tool_schemas = {k: copy.deepcopy(v) for k, v in tool_schemas.items()}
+        self.tool_names = frozenset(self.tool_schemas)
+
+    @cached_property
+    def action_schema(self) -> dict[str, Any]:
+        return action_schema(self.tool_schemas)
+
+    def verdict_schema(self, n: int) -> dict[str, Any]:
+        return verdict_schema(self.tool_schemas, n)
+
+    def leading_block(self, history: History) -> list[ChatMessage]:
+        """System message + H. The verify and repair prompts both begin with exactly these messages."""
+        system: ChatMessage = {"role": "system", "content": render_system(self.config, self.tool_schemas, history.task)}
+        return [system, *steps_messages(history.steps, self.config.observation_chars)]
+
+    def draft(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> list[ChatMessage]:
+        """The next action after H + the steps drafted so far (``feedback`` makes it a repair)."""
+        tail = NEXT_ACTION if feedback is None else repair_instruction(feedback)
+        return [*self.leading_block(history), *steps_messages(draft, self.config.observation_chars),
+                {"role": "user", "content": tail}]
+
+    def repair(self, history: History, reason: str) -> list[ChatMessage]:
+        """The strong model's own step from (H, r)."""
+        return self.draft(history, (), reason)
+
+    def verify(self, history: History, block: Sequence[Step]) -> list[ChatMessage]:
+        """One prefill over H + block, then a short verdict ``(j, r, ã)``."""
+        return [*self.leading_block(history), *steps_messages(block, self.config.observation_chars),
+                {"role": "user", "content": verify_instruction(block)}]
+
+
+NEXT_ACTION = "Decide your next action. Answer with one JSON object only."
+
+
+def repair_instruction(reason: str) -> str:
+    return (f"A reviewer rejected the next step because: {reason.strip() or '(no reason given)'}\n"
+            "Decide your next action yourself, taking that reason into account. "
+            "Answer with one JSON object only.")
+
+
+def verify_instruction(block: Sequence[Step]) -> str:
+    lines = []
+    for i, step in enumerate(block, 1):
+        note = "STAGED: not executed, runs only if you accept it" if step.staged else "executed"
+        lines.append(f"{i}. {render_action(step.action)}  [{note}]")
+    n = len(block)
+    return (
+        f"You are now the reviewer. The last {n} action(s) above are a draft by a junior agent:\n"
+        + "\n".join(lines) + "\n"
+        "Check the steps in order. A step is acceptable if it is reasonable progress on the task under "
+        "the policy; it need not be the action you would have chosen. accepted_prefix is the number of "
+        f"leading acceptable steps (0..{n}). If it is below {n}, say in reason why the next step is not "
+        "acceptable, and give in repair the action that should replace it (or null). Answer with one JSON "
+        'object only: {"accepted_prefix": <integer>, "reason": "<text>", "repair": <action or null>}.'
+    )
+
+
+def retry_messages(messages: Sequence[ChatMessage], bad_output: str, reason: str,
+                   shown_chars: int = 2000) -> list[ChatMessage]:
+    """The same prompt (still a prefix-cache hit) plus the rejected output and why it was rejected."""
+    return [*messages, {"role": "assistant", "content": truncate(bad_output, shown_chars)},
+            {"role": "user", "content": f"That answer was invalid: {reason}. Answer again with exactly one "
+                                        "JSON object that follows the required format."}]
+
+
+# -- measuring the shared prefix -------------------------------------------------------------------
+
+def serialize(messages: Sequence[ChatMessage]) -> str:
+    """A canonical text of a message list, to compare prompts byte for byte."""
+    return json.dumps(list(messages), ensure_ascii=False, separators=(",", ":"))
+
+
+def shared_prefix_chars(a: Sequence[ChatMessage], b: Sequence[ChatMessage]) -> int:
+    """How many leading characters the serialized message lists have in common."""
+    sa, sb = serialize(a), serialize(b)
+    k = 0
+    for x, y in zip(sa, sb, strict=False):
+        if x != y:
+            break
+        k += 1
+    return k
