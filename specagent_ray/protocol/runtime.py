@@ -81,6 +81,7 @@ class Run:
     events: list[Event] = field(default_factory=list)
     termination: Termination | None = None
     rounds: int = 0
+    last_malformed: str = ""  # why the latest model output could not be used
 
     def __post_init__(self) -> None:
         self.history = History(self.task)
@@ -148,8 +149,9 @@ class Run:
             try:
                 proposal = await policy.propose(self.history, draft, feedback)
             except MalformedOutput as exc:
-                self.record(role, purpose, None, start, span)
-                self.note("malformed_output", f"{role} policy: {exc}")
+                self.record(role, purpose, exc, start, span)  # a backend's exception may carry the usage spent
+                self.last_malformed = f"{role} policy output was malformed: {exc}"
+                self.note("malformed_output", self.last_malformed)
                 span.set("error.type", "malformed_output")
                 return None
             self.record(role, purpose, proposal, start, span)
@@ -162,7 +164,7 @@ class Run:
             try:
                 review = await self.parts.verifier.verify(self.history, block)
             except MalformedOutput as exc:
-                self.record("strong", "verify", None, start, span)
+                self.record("strong", "verify", exc, start, span)
                 return Verdict(0, f"malformed verdict: {exc}")
             self.record("strong", "verify", review, start, span)
         verdict = review.verdict

@@ -61,7 +61,7 @@ async def draft(run: Run) -> Block:
     for _ in range(min(run.config.k, run.room())):
         proposal = await run.propose("weak", "draft", steps)
         if proposal is None:
-            return Block(tuple(steps), refused="weak policy output was malformed")
+            return Block(tuple(steps), refused=run.last_malformed)
         action = proposal.action
         reason = run.invalid_reason(action)
         if reason is not None:

@@ -7,7 +7,7 @@ import pytest
 from specagent_ray.costs.ledger import Ledger
 from specagent_ray.models.scripted import ScriptedPolicy, ScriptedUser, ScriptedVerifier
 from specagent_ray.protocol import (
-    METHODS, Action, Effect, MalformedOutput, Parts, Proposal, SpecConfig, Task, Termination, Verdict,
+    METHODS, Action, Effect, MalformedOutput, Parts, Proposal, SpecConfig, Task, Termination, Usage, Verdict,
 )
 from specagent_ray.tools.scripted import InMemoryTools, ToolSpec, object_schema
 
@@ -113,11 +113,21 @@ async def test_invalid_weak_action_is_never_executed_and_strong_writes_the_step(
     assert any(reason in e.detail for e in traj.events if e.kind == "invalid_action")
 
 
-async def test_malformed_weak_output_becomes_strong_step():
+async def test_malformed_weak_output_becomes_strong_step_with_the_parsers_reason():
     parts, cfg = make(weak=[MalformedOutput("bad json")], strong=[STOP])
     traj = await run(parts, cfg)
     assert actions(traj) == [STOP] and traj.steps[0].author == "strong"
     assert any("bad json" in e.detail for e in traj.events if e.kind == "malformed_output")
+    assert "bad json" in parts.strong.calls[0][2]  # the repair is asked with the actual reason
+
+
+async def test_usage_of_a_malformed_reply_is_still_recorded():
+    class Costly(MalformedOutput):
+        usage = Usage(500, 0, 70)
+
+    parts, cfg = make(weak=[Costly("truncated")], strong=[STOP])
+    await run(parts, cfg)
+    assert parts.ledger.totals("weak").decode_tokens == 70
 
 
 async def test_tool_that_raises_is_an_error_observation():
