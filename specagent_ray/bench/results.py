@@ -55,6 +55,8 @@ class TrialResult(Frozen):
     weak: RoleUsage
     blocks: BlockStats
     resources: ResourceReport | None = None  # the product's per-request report (estimated without a GPU)
+    repair_prompt_tokens: int = 0  # prompt tokens of strong repair calls ...
+    repair_cached_tokens: int = 0  # ... and the part the engine served from its prefix cache
     label: str = "simulated"
 
 
@@ -83,3 +85,10 @@ def block_stats(trajectory: Trajectory) -> BlockStats:
         strong_repairs=trajectory.count("strong_repair"), invalid_actions=trajectory.count("invalid_action"),
         speculation_hits=trajectory.count("speculation_hit"), escalations=trajectory.count("escalated"),
     )
+
+
+def repair_cache(ledger: Ledger) -> dict[str, int]:
+    """Prompt and cached-prompt tokens of the strong repair calls, as the engine (or token model) reported."""
+    repairs = [c.usage for c in ledger.calls if c.purpose == "repair"]
+    return {"repair_prompt_tokens": sum(u.prompt_tokens for u in repairs),
+            "repair_cached_tokens": sum(u.cached_prompt_tokens for u in repairs)}

@@ -17,7 +17,7 @@ from ..protocol.baselines import METHODS
 from ..protocol.runtime import SpecConfig
 from ..telemetry.resources import RoleDeployment, report_from_ledger
 from ..tools.tau2 import Grader, Tau2Domain
-from .results import TrialResult, block_stats, role_usage
+from .results import TrialResult, block_stats, repair_cache, role_usage
 from .simulation import SimSettings, simulated_parts
 
 HIDDEN = {"specactions": frozenset({"speculate"})}
@@ -75,6 +75,7 @@ async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> 
         strong=role_usage(parts.ledger, "strong", load_model(hw.strong_model), gpu, hw.strong_gpus),
         weak=role_usage(parts.ledger, "weak", load_model(hw.weak_model), gpu, hw.weak_gpus, hidden),
         blocks=block_stats(trajectory), resources=report_from_ledger(parts.ledger, deployments),
+        **repair_cache(parts.ledger),
     )
 
 

@@ -1,0 +1,136 @@
+"""``bench tau2 --backend vllm``: the same methods on the same tau2 tasks, through real engines.
+
+Weak and strong models sit behind OpenAI-compatible endpoints (Ray Serve LLM's ingress, a vLLM
+server, or a cloud API). The customer is tau2's own LLM user simulator, called through litellm
+against an OpenAI-compatible endpoint (the strong model's by default). Tokens, cached tokens, wall
+time and Pass@1 are measured; FLOPs, HBM and GPU latency are estimated; dollars use list prices from
+``costs/data/pricing.yaml``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..costs.ledger import Ledger
+from ..costs.specs import load_gpu, load_model
+from ..models.backend import ChatBackend
+from ..models.llm import LLMPolicy, LLMVerifier
+from ..models.prompts import PromptConfig
+from ..protocol.baselines import METHODS
+from ..protocol.runtime import Parts, SpecConfig
+from ..protocol.types import Observation, Task
+from ..telemetry.resources import Pricing, RoleDeployment, report_from_ledger
+from ..tools.tau2 import Grader, Tau2Domain, Tau2Tools
+from .results import TrialResult, block_stats, repair_cache, role_usage
+from .tau2 import HIDDEN, Hardware
+
+GREETING = "Hi! How can I help you today?"  # tau2's default first agent message
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible chat endpoint: base URL ending in /v1, and the served model id."""
+
+    url: str
+    model: str
+    api_key: str = "EMPTY"
+
+    def backend(self, timeout_s: float) -> ChatBackend:
+        return ChatBackend(self.url, self.api_key, model=self.model, timeout_s=timeout_s)
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    weak: Endpoint
+    strong: Endpoint
+    user: Endpoint | None = None  # tau2's user simulator; the strong endpoint when None
+    domain: str = "airline"
+    methods: tuple[str, ...] = ("strong", "specagent")
+    task_ids: tuple[str, ...] = ("0", "1", "2", "3", "4")
+    trials: int = 1
+    spec: SpecConfig = SpecConfig(max_steps=30)
+    hardware: Hardware = Hardware()
+    prices: dict[str, Pricing] = field(default_factory=dict)  # role -> list prices (cloud roles only)
+    max_tokens: int = 256
+    timeout_s: float = 120.0
+
+
+class Tau2User:
+    """tau2's own ``UserSimulator`` as the protocol's ``User`` (blocking litellm calls run in a thread)."""
+
+    def __init__(self, tau2_task: Any, endpoint: Endpoint):
+        from tau2.data_model.message import AssistantMessage
+        from tau2.user.user_simulator import UserSimulator
+
+        self._message = lambda text: AssistantMessage(role="assistant", content=text)
+        self._sim = UserSimulator(instructions=str(tau2_task.user_scenario), llm=f"openai/{endpoint.model}",
+                                  llm_args={"api_base": endpoint.url, "api_key": endpoint.api_key,
+                                            "temperature": 0.0, "num_retries": 1})
+        self._state = self._sim.get_init_state()
+
+    async def reply(self, text: str) -> Observation:
+        message, self._state = await asyncio.to_thread(
+            self._sim.generate_next_message, self._message(text), self._state)
+        content = message.content or ""
+        return Observation(content, user_stop=self._sim.is_stop(message))
+
+
+def live_parts(cfg: LiveConfig, domain: Tau2Domain, task_id: str) -> tuple[Tau2User, Parts]:
+    prompt_cfg = PromptConfig(policy=domain.policy)
+    weak_backend, strong_backend = cfg.weak.backend(cfg.timeout_s), cfg.strong.backend(cfg.timeout_s)
+    schemas = domain.tool_schemas
+    user = Tau2User(domain.tasks[task_id], cfg.user or cfg.strong)
+    parts = Parts(
+        weak=LLMPolicy(weak_backend, prompt_cfg, schemas, max_tokens=cfg.max_tokens),
+        strong=LLMPolicy(strong_backend, prompt_cfg, schemas, max_tokens=cfg.max_tokens),
+        verifier=LLMVerifier(strong_backend, prompt_cfg, schemas, max_tokens=cfg.max_tokens),
+        tools=Tau2Tools(domain), user=user, ledger=Ledger(),
+    )
+    return user, parts
+
+
+async def run_live_trial(cfg: LiveConfig, grader: Grader, method: str, task_id: str, trial: int) -> TrialResult:
+    domain = grader.domain
+    user, parts = live_parts(cfg, domain, task_id)
+    start = time.perf_counter()
+    opening = await user.reply(GREETING)  # the customer speaks first, answering tau2's greeting
+    trajectory = await METHODS[method](Task(task_id, opening.content, domain.tasks[task_id]), parts, cfg.spec)
+    wall = time.perf_counter() - start
+    hw, gpu = cfg.hardware, load_gpu(cfg.hardware.gpu)
+    deployments = {
+        role: RoleDeployment(spec=load_model(name), gpu=gpu, n_gpus=n, pricing=cfg.prices.get(role))
+        for role, name, n in (("strong", hw.strong_model, hw.strong_gpus), ("weak", hw.weak_model, hw.weak_gpus))
+    }
+    return TrialResult(
+        method=method, task_id=task_id, trial=trial,
+        reward=grader.reward(task_id, trajectory, opening.content),
+        termination=trajectory.termination.value, committed_steps=len(trajectory.steps), wall_s=wall,
+        strong=role_usage(parts.ledger, "strong", deployments["strong"].spec, gpu, hw.strong_gpus),
+        weak=role_usage(parts.ledger, "weak", deployments["weak"].spec, gpu, hw.weak_gpus,
+                        HIDDEN.get(method, frozenset())),
+        blocks=block_stats(trajectory), resources=report_from_ledger(parts.ledger, deployments),
+        label="live engines", **repair_cache(parts.ledger),
+    )
+
+
+def run_live(cfg: LiveConfig, on_done: Callable[[int], None] = lambda n: None) -> list[TrialResult]:
+    """Every (method, task, trial), one at a time (engines on a small machine serve one session well)."""
+    domain = Tau2Domain.load(cfg.domain)
+    missing = [t for t in cfg.task_ids if t not in domain.tasks]
+    if missing:
+        raise ValueError(f"{cfg.domain} has no task(s) {', '.join(missing)}")
+    grader = Grader(domain)
+
+    async def all_runs() -> list[TrialResult]:
+        out = []
+        for trial in range(cfg.trials):
+            for task_id in cfg.task_ids:
+                for method in cfg.methods:
+                    out.append(await run_live_trial(cfg, grader, method, task_id, trial))
+                    on_done(1)
+        return out
+
+    return asyncio.run(all_runs())

@@ -1,0 +1,96 @@
+"""`bench tau2 --backend vllm` end to end against OpenAI-compatible endpoints given as URLs.
+
+The endpoint is a real HTTP server on 127.0.0.1 (uvicorn + FastAPI) speaking the chat-completions wire
+format with a scripted model behind it; everything on our side is the production path: ChatBackend,
+prompts, parsers, the protocol loop, tau2's tools, tau2's LLM user simulator through litellm, tau2's
+evaluator, the cost and edge-cloud reports. Real engines are exercised by tests/integration/test_engines.py.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import Counter
+
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+
+from specagent_ray.cli import main
+
+app = FastAPI()
+calls: Counter[str] = Counter()
+prompts_seen: list[tuple[str, list[dict]]] = []
+
+
+def _reply(body: dict) -> str:
+    fmt = body.get("response_format")
+    if fmt is None:  # tau2's user simulator (via litellm): no schema
+        calls["user"] += 1
+        return "Hi, I am Emma Kim, user id emma_kim_9957. I want to cancel reservation EHGLP3."
+    schema = fmt["json_schema"]["schema"]
+    text = json.dumps(body["messages"])
+    if schema.get("title") == "verdict":
+        calls["verify"] += 1
+        n = schema["properties"]["accepted_prefix"]["maximum"]
+        if calls["verify"] % 2 == 1:  # every other review rejects the whole block, without a fused repair
+            return json.dumps({"accepted_prefix": 0, "reason": "look the user up first", "repair": None})
+        return json.dumps({"accepted_prefix": n, "reason": "", "repair": None})
+    calls[body["model"]] += 1
+    if "first_name" in text:  # the user's profile has been read: done
+        return json.dumps({"kind": "stop"})
+    return json.dumps({"kind": "tool", "name": "get_user_details", "arguments": {"user_id": "emma_kim_9957"}})
+
+
+@app.post("/v1/chat/completions")
+async def chat_completions(request: Request):
+    body = await request.json()
+    prompts_seen.append((body["model"], body["messages"]))
+    content = _reply(body)
+    prompt = sum(len(json.dumps(m)) for m in body["messages"]) // 4
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": 12, "total_tokens": prompt + 12,
+                  "prompt_tokens_details": {"cached_tokens": int(prompt * 0.9)}},
+    }
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "endpoint did not start"
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_live_bench_runs_methods_through_endpoints_and_reports_edge_cloud_costs(endpoint, tmp_path, capsys):
+    rc = main(["bench", "tau2", "--backend", "vllm", "--weak", endpoint, "--strong", endpoint,
+               "--tasks", "0,1", "--trials", "1", "--methods", "strong,specagent", "--max-steps", "8", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    doc = json.loads((tmp_path / "tau2-airline-live.json").read_text())
+    assert doc["labels"]["policies"] == "live engines" and doc["labels"]["tokens"].startswith("measured")
+    by = {s["method"]: s for s in doc["summary"]}
+    assert by["strong"]["weak_tokens"] == 0 and by["specagent"]["strong_calls"] < by["strong"]["strong_calls"] + 2
+    runs = {(r["method"], r["task_id"]): r for r in doc["results"]}
+    assert len(runs) == 4 and all(r["termination"] == "agent_stop" for r in runs.values())
+    spec = runs[("specagent", "0")]
+    assert spec["blocks"]["rejections"] >= 1 and spec["blocks"]["strong_repairs"] >= 1
+    assert spec["repair_prompt_tokens"] > 0  # measured from the endpoint's usage: 90 % cached here
+    assert spec["repair_cached_tokens"] == pytest.approx(0.9 * spec["repair_prompt_tokens"], rel=0.05)
+    assert calls["user"] >= 4  # the customer answered tau2's greeting in every run
+    assert calls["drafter"] > 0 and calls["verifier"] > 0 and calls["verify"] > 0
+    assert "edge-cloud cost per task" in out and "90 %" in out  # the repair prompt's measured cache share
+    strong_prices = [r["resources"]["dollars"] for r in doc["results"]]
+    assert all(d is not None and d > 0 for d in strong_prices)
