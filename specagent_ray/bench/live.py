@@ -38,8 +38,9 @@ class Endpoint:
     model: str
     api_key: str = "EMPTY"
 
-    def backend(self, timeout_s: float) -> ChatBackend:
-        return ChatBackend(self.url, self.api_key, model=self.model, timeout_s=timeout_s)
+    def backend(self, timeout_s: float, seed: int | None = None) -> ChatBackend:
+        extra = {"seed": seed} if seed is not None else None  # vLLM: reproducible sampling per request
+        return ChatBackend(self.url, self.api_key, model=self.model, timeout_s=timeout_s, extra_body=extra)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class LiveConfig:
     prices: dict[str, Pricing] = field(default_factory=dict)  # role -> list prices (cloud roles only)
     max_tokens: int = 256
     timeout_s: float = 120.0
+    prompt: PromptConfig | None = None  # default: the domain's policy, observations up to 4,000 chars
+    temperature: float = 0.0
+    seed: int | None = None  # sampling seed sent to the engines (vLLM honours it per request)
 
 
 class Tau2User:
@@ -79,14 +83,15 @@ class Tau2User:
 
 
 def live_parts(cfg: LiveConfig, domain: Tau2Domain, task_id: str) -> tuple[Tau2User, Parts]:
-    prompt_cfg = PromptConfig(policy=domain.policy)
-    weak_backend, strong_backend = cfg.weak.backend(cfg.timeout_s), cfg.strong.backend(cfg.timeout_s)
-    schemas = domain.tool_schemas
+    prompt_cfg = cfg.prompt or PromptConfig(policy=domain.policy)
+    weak_backend = cfg.weak.backend(cfg.timeout_s, cfg.seed)
+    strong_backend = cfg.strong.backend(cfg.timeout_s, cfg.seed)
+    schemas, sampling = domain.tool_schemas, {"max_tokens": cfg.max_tokens, "temperature": cfg.temperature}
     user = Tau2User(domain.tasks[task_id], cfg.user or cfg.strong)
     parts = Parts(
-        weak=LLMPolicy(weak_backend, prompt_cfg, schemas, max_tokens=cfg.max_tokens),
-        strong=LLMPolicy(strong_backend, prompt_cfg, schemas, max_tokens=cfg.max_tokens),
-        verifier=LLMVerifier(strong_backend, prompt_cfg, schemas, max_tokens=cfg.max_tokens),
+        weak=LLMPolicy(weak_backend, prompt_cfg, schemas, **sampling),
+        strong=LLMPolicy(strong_backend, prompt_cfg, schemas, **sampling),
+        verifier=LLMVerifier(strong_backend, prompt_cfg, schemas, **sampling),
         tools=Tau2Tools(domain), user=user, ledger=Ledger(),
     )
     return user, parts

@@ -48,9 +48,14 @@ class PromptConfig(BaseModel):
     agent_role: str = Field(DEFAULT_ROLE, description="the first paragraph of the system message")
     observation_chars: int = Field(4000, ge=1, description="longest observation shown, in characters")
     tool_descriptions: dict[str, str] = Field(default_factory=dict, description="tool name -> what it does")
+    typed_arguments: bool = Field(True, description="constrain each tool's arguments to its own schema "
+                                  "(anyOf per tool); False asks for a free-form arguments object")
 
 
 # -- schemas ---------------------------------------------------------------------------------------
+
+REASON_CHARS = 300  # the engine stops a rejection reason here instead of at max_tokens
+MESSAGE_CHARS = 2000
 
 def action_schema(tool_schemas: Mapping[str, Any]) -> dict[str, Any]:
     """The schema of one action. A flat object with a ``kind`` enum, not a ``oneOf``: every engine
@@ -65,18 +70,59 @@ def action_schema(tool_schemas: Mapping[str, Any]) -> dict[str, Any]:
             "additionalProperties": False}
 
 
-def verdict_schema(tool_schemas: Mapping[str, Any], n: int | None = None) -> dict[str, Any]:
+def typed_action_schema(tool_schemas: Mapping[str, Any]) -> dict[str, Any]:
+    """One action whose arguments must match the chosen tool's own schema: an ``anyOf`` with one branch
+    per tool (``name`` a const), plus message and stop. Tools' ``$defs`` are hoisted to the root, renamed
+    per tool where two tools define the same name differently, so every ``$ref`` still resolves."""
+    defs: dict[str, Any] = {}
+    branches: list[dict[str, Any]] = []
+    for name in sorted(tool_schemas):
+        params = copy.deepcopy(dict(tool_schemas[name]))
+        renames = {}
+        for key, value in params.pop("$defs", {}).items():
+            new = key if defs.get(key, value) == value else f"{name}__{key}"
+            defs[new], renames[key] = value, new
+        params = _rewrite_refs(params, renames)
+        defs.update({k: _rewrite_refs(v, renames) for k, v in defs.items() if k in renames.values()})
+        branches.append({"type": "object", "additionalProperties": False, "required": ["kind", "name", "arguments"],
+                         "properties": {"kind": {"const": "tool"}, "name": {"const": name}, "arguments": params}})
+    branches.append({"type": "object", "additionalProperties": False, "required": ["kind", "text"],
+                     "properties": {"kind": {"const": "message"},
+                                    "text": {"type": "string", "minLength": 1, "maxLength": MESSAGE_CHARS}}})
+    branches.append({"type": "object", "additionalProperties": False, "required": ["kind"],
+                     "properties": {"kind": {"const": "stop"}}})
+    schema: dict[str, Any] = {"title": "action", "anyOf": branches}
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+def _rewrite_refs(node: Any, renames: Mapping[str, str]) -> Any:
+    if isinstance(node, dict):
+        out = {k: _rewrite_refs(v, renames) for k, v in node.items()}
+        ref = out.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in renames:
+            out["$ref"] = "#/$defs/" + renames[ref[8:]]
+        return out
+    if isinstance(node, list):
+        return [_rewrite_refs(v, renames) for v in node]
+    return node
+
+
+def verdict_schema(tool_schemas: Mapping[str, Any], n: int | None = None, typed: bool = False) -> dict[str, Any]:
     """The schema of a verdict ``(j, r, ã)``; with ``n`` the engine also enforces ``j <= n``."""
     prefix: dict[str, Any] = {"type": "integer", "minimum": 0}
     if n is not None:
         prefix["maximum"] = n
-    repair = {k: v for k, v in action_schema(tool_schemas).items() if k != "title"}
-    return {
+    action = typed_action_schema(tool_schemas) if typed and tool_schemas else action_schema(tool_schemas)
+    defs = action.pop("$defs", None)
+    repair = {k: v for k, v in action.items() if k != "title"}
+    return {**({"$defs": defs} if defs else {}),
         "title": "verdict",
         "type": "object",
         "properties": {
             "accepted_prefix": prefix,
-            "reason": {"type": "string"},
+            "reason": {"type": "string", "maxLength": REASON_CHARS},  # a verdict stays short
             "repair": {"anyOf": [repair, {"type": "null"}]},
         },
         "required": ["accepted_prefix", "reason", "repair"],
@@ -158,10 +204,12 @@ class Prompts:
 
     @cached_property
     def action_schema(self) -> dict[str, Any]:
+        if self.config.typed_arguments and self.tool_schemas:
+            return typed_action_schema(self.tool_schemas)
         return action_schema(self.tool_schemas)
 
     def verdict_schema(self, n: int) -> dict[str, Any]:
-        return verdict_schema(self.tool_schemas, n)
+        return verdict_schema(self.tool_schemas, n, typed=self.config.typed_arguments)
 
     def leading_block(self, history: History) -> list[ChatMessage]:
         """System message + H. The verify and repair prompts both begin with exactly these messages."""

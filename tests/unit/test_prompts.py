@@ -155,3 +155,29 @@ def test_rendered_actions_parse_back_to_themselves(airline, action):
     from specagent_ray.models.prompts import render_action
 
     assert parse_action(render_action(action), airline.tool_schemas) == action
+
+
+def test_typed_action_schema_constrains_each_tools_arguments_and_keeps_refs_resolvable():
+    import jsonschema
+
+    from specagent_ray.models.prompts import typed_action_schema, verdict_schema
+    from specagent_ray.tools.tau2 import Tau2Domain
+
+    schemas = Tau2Domain.load("airline").tool_schemas
+    v = jsonschema.Draft202012Validator(typed_action_schema(schemas))
+    assert v.is_valid({"kind": "tool", "name": "get_user_details", "arguments": {"user_id": "mia_li_3668"}})
+    assert not v.is_valid({"kind": "tool", "name": "get_user_details", "arguments": {}})
+    assert not v.is_valid({"kind": "tool", "name": "no_such_tool", "arguments": {}})
+    booking = {"kind": "tool", "name": "book_reservation", "arguments": {
+        "user_id": "u", "origin": "SFO", "destination": "JFK", "flight_type": "one_way", "cabin": "economy",
+        "flights": [{"flight_number": "HAT001", "date": "2024-05-01"}],
+        "passengers": [{"first_name": "A", "last_name": "B", "dob": "1990-01-01"}],
+        "payment_methods": [{"payment_id": "p", "amount": 1}], "total_baggages": 0, "nonfree_baggages": 0,
+        "insurance": "no"}}
+    assert v.is_valid(booking)  # $refs into the hoisted $defs resolve
+    assert v.is_valid({"kind": "stop"}) and not v.is_valid({"kind": "message"})
+    verdict = jsonschema.Draft202012Validator(verdict_schema(schemas, 2, typed=True))
+    assert verdict.is_valid({"accepted_prefix": 2, "reason": "", "repair": None})
+    assert not verdict.is_valid({"accepted_prefix": 3, "reason": "", "repair": None})
+    assert not verdict.is_valid({"accepted_prefix": 0, "reason": "x", "repair": {"kind": "tool", "name": "get_user_details",
+                                                                                  "arguments": {}}})

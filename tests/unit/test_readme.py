@@ -7,13 +7,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _commands():
     lines = (ROOT / "README.md").read_text().splitlines()
-    return [line.split(": ", 1)[1].strip("`") for line in lines[:3] if line.startswith(("Main job", "Tests:"))]
+    return [line.split(": ", 1)[1].strip("`") for line in lines[:3] if line.startswith(("Main job", "Tests"))]
 
 
 def test_readme_opens_with_the_two_commands():
     main, tests = _commands()
     assert "specagent-ray bench tau2" in main and "pip install" in main
-    assert "pytest" in tests and ".[dev]" in tests
+    assert "pytest" in tests and ".[dev,cpu]" in tests
 
 
 def test_ci_runs_the_readme_test_command():

