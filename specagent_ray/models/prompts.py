@@ -55,7 +55,7 @@ class PromptConfig(BaseModel):
 # -- schemas ---------------------------------------------------------------------------------------
 
 REASON_CHARS = 300  # the engine stops a rejection reason here instead of at max_tokens
-MESSAGE_CHARS = 2000
+MESSAGE_CHARS = 1000
 
 def action_schema(tool_schemas: Mapping[str, Any]) -> dict[str, Any]:
     """The schema of one action. A flat object with a ``kind`` enum, not a ``oneOf``: every engine

@@ -177,7 +177,10 @@ def test_specagent_runs_tau2_airline_tasks_through_the_engines(engines):
     base = engines["base"]
     from specagent_ray.models.prompts import PromptConfig
 
-    cfg = LiveConfig(weak=Endpoint(base, "drafter"), strong=Endpoint(base, "verifier"), max_tokens=96,
+    # Sampling (temperature 1) makes the random models try every action kind; vLLM's engine seed keeps
+    # a sequential run reproducible. max_tokens covers the schema's longest reason.
+    cfg = LiveConfig(weak=Endpoint(base, "drafter"), strong=Endpoint(base, "verifier"), max_tokens=640,
+                     temperature=1.0, user_max_tokens=64,
                      spec=SpecConfig(k=4, max_steps=10),
                      prompt=PromptConfig(policy="Help airline customers; confirm before any change.",
                                          observation_chars=400))
