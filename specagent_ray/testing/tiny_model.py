@@ -155,7 +155,7 @@ def _complete(out: Path, spec: dict) -> bool:
 
 
 def build_tiny_model(out_dir: str | Path, seed: int = 0, hidden: int = 256, layers: int = 2, heads: int = 4,
-                     kv_heads: int = 2, vocab_size: int = 3072, max_position: int = 4096,
+                     kv_heads: int = 2, vocab_size: int = 3072, max_position: int = 8192,
                      intermediate: int | None = None) -> Path:
     """Build (or reuse) a tiny random-weight Qwen2 chat model in ``out_dir`` and return its path.
 
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--vocab-size", type=int, default=3072)
-    p.add_argument("--max-position", type=int, default=4096)
+    p.add_argument("--max-position", type=int, default=8192)
     a = p.parse_args(argv)
     path = build_tiny_model(a.out_dir, seed=a.seed, hidden=a.hidden, layers=a.layers, heads=a.heads,
                             kv_heads=a.kv_heads, vocab_size=a.vocab_size, max_position=a.max_position)
