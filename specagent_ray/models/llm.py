@@ -57,21 +57,27 @@ async def ask(backend: Backend, messages: Sequence[ChatMessage], schema: Mapping
     raise MalformedReply(f"{reasons[0]}; after one retry: {reasons[1]}", total)
 
 
-class LLMPolicy:
+class _ModelCaller:
+    """What a policy and a verifier share: the backend, the prompts and the sampling settings."""
+
+    default_max_tokens = 1024
+
+    def __init__(self, backend: Backend, config: PromptConfig, tool_schemas: Mapping[str, Any],
+                 max_tokens: int | None = None, temperature: float = 0.0,
+                 headers: HeaderSource | None = traceparent_headers):
+        self.backend = backend
+        self.prompts = Prompts(config, tool_schemas)
+        self.max_tokens = max_tokens or self.default_max_tokens
+        self.temperature = temperature
+        self.headers = headers
+
+
+class LLMPolicy(_ModelCaller):
     """Implements ``Policy``: the next action from H + draft, or a repair step from (H, r).
 
     Guarantees: a returned tool action names one of ``tool_schemas`` and carries an object as
     arguments (schema conformance is the tool adapter's ``valid()``); usage sums every call made,
     the retry included; confidence is 1.0 (self-reported confidence is not read from the model)."""
-
-    def __init__(self, backend: Backend, config: PromptConfig, tool_schemas: Mapping[str, Any],
-                 max_tokens: int = 1024, temperature: float = 0.0,
-                 headers: HeaderSource | None = traceparent_headers):
-        self.backend = backend
-        self.prompts = Prompts(config, tool_schemas)
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.headers = headers
 
     async def propose(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> Proposal:
         messages = self.prompts.draft(history, draft, feedback)
@@ -82,20 +88,13 @@ class LLMPolicy:
         return Proposal(action, usage, 1.0)
 
 
-class LLMVerifier:
+class LLMVerifier(_ModelCaller):
     """Implements ``Verifier``: one call over H + block that decodes only a short verdict ``(j, r, ã)``.
 
     Guarantees: a returned verdict has ``0 <= j <= n``; a fused repair, if any, names a known tool;
     usage sums every call made, the retry included."""
 
-    def __init__(self, backend: Backend, config: PromptConfig, tool_schemas: Mapping[str, Any],
-                 max_tokens: int = 512, temperature: float = 0.0,
-                 headers: HeaderSource | None = traceparent_headers):
-        self.backend = backend
-        self.prompts = Prompts(config, tool_schemas)
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.headers = headers
+    default_max_tokens = 512
 
     async def verify(self, history: History, block: Sequence[Step]) -> Review:
         n = len(block)

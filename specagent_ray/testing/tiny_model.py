@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import tempfile
 from pathlib import Path
+
+from .folders import is_complete, save_folder
 
 SPEC_FILE = "specagent_tiny_model.json"
 FORMAT_VERSION = 1
@@ -145,15 +145,6 @@ def _spec(seed: int, hidden: int, layers: int, heads: int, kv_heads: int, vocab_
             "intermediate": intermediate or 2 * hidden}
 
 
-def _complete(out: Path, spec: dict) -> bool:
-    try:
-        saved = json.loads((out / SPEC_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    needed = ["config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"]
-    return saved == spec and all((out / name).is_file() for name in needed)
-
-
 def build_tiny_model(out_dir: str | Path, seed: int = 0, hidden: int = 256, layers: int = 2, heads: int = 4,
                      kv_heads: int = 2, vocab_size: int = 3072, max_position: int = 8192,
                      intermediate: int | None = None) -> Path:
@@ -172,7 +163,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, hidden: int = 256, laye
         raise ValueError(f"vocab_size {vocab_size} out of range 512..65536")
     out = Path(out_dir)
     spec = _spec(seed, hidden, layers, heads, kv_heads, vocab_size, max_position, intermediate)
-    if _complete(out, spec):
+    if is_complete(out, SPEC_FILE, spec):
         return out
 
     import torch
@@ -193,20 +184,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, hidden: int = 256, laye
     model = model.to(torch.bfloat16)
     model.generation_config = GenerationConfig(bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=pad_id)
 
-    # Build beside the target and swap in, so a crash never leaves a folder that looks complete.
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        (tmp / SPEC_FILE).write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return save_folder(out, model, tokenizer, SPEC_FILE, spec)
 
 
 def main(argv: list[str] | None = None) -> int:
