@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--strong-model", default="verifier", help="served model id at the strong endpoint")
     live.add_argument("--user-url", default=None, help="endpoint for tau2's user simulator (default: strong)")
     live.add_argument("--user-model", default=None, help="model id for the user simulator (default: strong's)")
-    live.add_argument("--api-key", default="EMPTY", help="API key sent to the endpoints")
+    live.add_argument("--api-key", default="EMPTY", help="API key for the strong (cloud) endpoint and the user")
+    live.add_argument("--weak-api-key", default="EMPTY", help="API key for the weak (local) endpoint")
     live.add_argument("--strong-price", default="example-frontier",
                       help="price list for the strong model (costs/data/pricing.yaml); the weak model is local")
     live.add_argument("--max-tokens", type=int, default=256, help="decode budget per model call")
@@ -217,7 +218,7 @@ def _run_live(args: argparse.Namespace, cfg, advance):
             served = stack.enter_context(local_engines({
                 args.weak_model if role == "weak" else args.strong_model: path for role, path in folders.items()}))
             urls = {role: served for role in folders}
-        weak = Endpoint(urls.get("weak", args.weak), args.weak_model, args.api_key)
+        weak = Endpoint(urls.get("weak", args.weak), args.weak_model, args.weak_api_key)
         strong = Endpoint(urls.get("strong", args.strong), args.strong_model, args.api_key)
         user = Endpoint(args.user_url, args.user_model or args.strong_model, args.api_key) if args.user_url else (
             Endpoint(strong.url, args.user_model, args.api_key) if args.user_model else None)
