@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .models.backend import BackendError
 from .storage.base import StoreError
 
 EPILOG = """examples:
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.montecarlo import report_theory
 
             return report_theory(console, args.p, args.n, args.steps)
-    except (ValueError, StoreError) as exc:
+    except (ValueError, StoreError, BackendError, TimeoutError) as exc:
         # one line, no traceback; escape() so brackets in keys or S3 messages are not read as markup
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return 2

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ..costs.ledger import Ledger
 from ..costs.specs import load_gpu, load_model
-from ..models.backend import ChatBackend
+from ..models.backend import BackendError, ChatBackend
 from ..models.llm import LLMPolicy, LLMVerifier
 from ..models.prompts import PromptConfig
 from ..protocol.baselines import METHODS
@@ -70,14 +70,19 @@ class Tau2User:
         from tau2.user.user_simulator import UserSimulator
 
         self._message = lambda text: AssistantMessage(role="assistant", content=text)
+        self._where = f"user simulator endpoint {endpoint.url} (model {endpoint.model})"
         self._sim = UserSimulator(instructions=str(tau2_task.user_scenario), llm=f"openai/{endpoint.model}",
                                   llm_args={"api_base": endpoint.url, "api_key": endpoint.api_key,
                                             "temperature": 0.0, "num_retries": 1, "max_tokens": max_tokens})
         self._state = self._sim.get_init_state()
 
     async def reply(self, text: str) -> Observation:
-        message, self._state = await asyncio.to_thread(
-            self._sim.generate_next_message, self._message(text), self._state)
+        try:
+            message, self._state = await asyncio.to_thread(
+                self._sim.generate_next_message, self._message(text), self._state)
+        except Exception as exc:  # litellm's own error types; one line, as for the model backends
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BackendError(f"{self._where}: {type(exc).__name__}: {first[:300]}") from exc
         content = message.content or ""
         return Observation(content, user_stop=self._sim.is_stop(message))
 

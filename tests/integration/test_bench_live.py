@@ -94,3 +94,15 @@ def test_live_bench_runs_methods_through_endpoints_and_reports_edge_cloud_costs(
     assert "edge-cloud cost per task" in out and "90 %" in out  # the repair prompt's measured cache share
     strong_prices = [r["resources"]["dollars"] for r in doc["results"]]
     assert all(d is not None and d > 0 for d in strong_prices)
+
+
+def test_an_unreachable_endpoint_gives_one_clear_error_line(tmp_path, capsys):
+    import socket as _socket
+
+    with _socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    rc = main(["bench", "tau2", "--backend", "vllm", "--weak", dead, "--strong", dead, "--tasks", "0",
+               "--trials", "1", "--methods", "strong", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 2 and "error:" in out and dead in out and "Traceback" not in out
