@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--strong-price", default="example-frontier",
                       help="price list for the strong model (costs/data/pricing.yaml); the weak model is local")
     live.add_argument("--max-tokens", type=int, default=256, help="decode budget per model call")
+    live.add_argument("--observation-chars", type=int, default=4000,
+                      help="longest tool result or user reply shown in prompts (small models have short contexts)")
 
     th = bench.add_parser("throughput", help="committed steps/s of the protocol loop alone (zero-latency policies)",
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -205,6 +207,8 @@ def _run_live(args: argparse.Namespace, cfg, advance):
     from contextlib import ExitStack
 
     from .bench.live import Endpoint, LiveConfig, run_live
+    from .models.prompts import PromptConfig
+    from .tools.tau2 import Tau2Domain
     from .bench.tau2 import task_ids
     from .costs.pricing import load_price
 
@@ -225,7 +229,9 @@ def _run_live(args: argparse.Namespace, cfg, advance):
             Endpoint(strong.url, args.user_model, args.api_key) if args.user_model else None)
         live = LiveConfig(weak=weak, strong=strong, user=user, domain=cfg.domain, methods=cfg.methods,
                           task_ids=tuple(task_ids(cfg)), trials=cfg.trials, spec=cfg.spec, hardware=cfg.hardware,
-                          prices=prices, max_tokens=args.max_tokens)
+                          prices=prices, max_tokens=args.max_tokens,
+                          prompt=PromptConfig(policy=Tau2Domain.load(cfg.domain).policy,
+                                              observation_chars=args.observation_chars))
         return run_live(live, advance)
 
 

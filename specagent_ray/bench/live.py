@@ -21,7 +21,7 @@ from ..models.llm import LLMPolicy, LLMVerifier
 from ..models.prompts import PromptConfig
 from ..protocol.baselines import METHODS
 from ..protocol.runtime import Parts, SpecConfig
-from ..protocol.types import Observation, Task
+from ..protocol.types import Event, History, Observation, Task, Termination, Trajectory
 from ..telemetry.resources import Pricing, RoleDeployment, report_from_ledger
 from ..tools.tau2 import Grader, Tau2Domain, Tau2Tools
 from .results import TrialResult, block_stats, repair_cache, role_usage
@@ -106,7 +106,14 @@ async def run_live_trial(cfg: LiveConfig, grader: Grader, method: str, task_id: 
     user, parts = live_parts(cfg, domain, task_id)
     start = time.perf_counter()
     opening = await user.reply(GREETING)  # the customer speaks first, answering tau2's greeting
-    trajectory = await METHODS[method](Task(task_id, opening.content, domain.tasks[task_id]), parts, cfg.spec)
+    try:
+        trajectory = await METHODS[method](Task(task_id, opening.content, domain.tasks[task_id]), parts, cfg.spec)
+    except BackendError as exc:  # e.g. a prompt over the engine's context: this run fails, the bench goes on
+        trajectory = Trajectory(History(Task(task_id, opening.content)), Termination.MAX_STEPS,
+                                [Event("malformed_output", f"backend error: {exc}")])
+        failure = str(exc)
+    else:
+        failure = ""
     wall = time.perf_counter() - start
     hw, gpu = cfg.hardware, load_gpu(cfg.hardware.gpu)
     deployments = {
@@ -115,8 +122,8 @@ async def run_live_trial(cfg: LiveConfig, grader: Grader, method: str, task_id: 
     }
     return TrialResult(
         method=method, task_id=task_id, trial=trial,
-        reward=grader.reward(task_id, trajectory, opening.content),
-        termination=trajectory.termination.value, committed_steps=len(trajectory.steps), wall_s=wall,
+        reward=0.0 if failure else grader.reward(task_id, trajectory, opening.content),
+        termination=f"backend_error: {failure[:200]}" if failure else trajectory.termination.value, committed_steps=len(trajectory.steps), wall_s=wall,
         strong=role_usage(parts.ledger, "strong", deployments["strong"].spec, gpu, hw.strong_gpus),
         weak=role_usage(parts.ledger, "weak", deployments["weak"].spec, gpu, hw.weak_gpus,
                         HIDDEN.get(method, frozenset())),

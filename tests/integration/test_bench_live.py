@@ -17,10 +17,12 @@ from collections import Counter
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from specagent_ray.cli import main
 
 app = FastAPI()
+LIMITS = {"max_prompt_tokens": 10**9}
 calls: Counter[str] = Counter()
 prompts_seen: list[tuple[str, list[dict]]] = []
 
@@ -48,8 +50,11 @@ def _reply(body: dict) -> str:
 async def chat_completions(request: Request):
     body = await request.json()
     prompts_seen.append((body["model"], body["messages"]))
-    content = _reply(body)
     prompt = sum(len(json.dumps(m)) for m in body["messages"]) // 4
+    if prompt > LIMITS["max_prompt_tokens"] and body.get("response_format"):
+        return JSONResponse({"error": {"message": f"maximum context length exceeded ({prompt} tokens)",
+                                       "type": "BadRequestError"}}, status_code=400)
+    content = _reply(body)
     return {
         "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
@@ -106,3 +111,15 @@ def test_an_unreachable_endpoint_gives_one_clear_error_line(tmp_path, capsys):
                "--trials", "1", "--methods", "strong", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 2 and "error:" in out and dead in out and "Traceback" not in out
+
+
+def test_a_backend_error_fails_that_run_and_the_bench_goes_on(endpoint, tmp_path, capsys, monkeypatch):
+    # the scripted endpoint answers HTTP 400 for a prompt it deems too long, as vLLM does past its context
+    monkeypatch.setitem(LIMITS, "max_prompt_tokens", 1)
+    rc = main(["bench", "tau2", "--backend", "vllm", "--weak", endpoint, "--strong", endpoint, "--tasks", "0,1",
+               "--trials", "1", "--methods", "specagent", "--out", str(tmp_path)])
+    assert rc == 0, capsys.readouterr().out
+    doc = json.loads((tmp_path / "tau2-airline-live.json").read_text())
+    assert [r["reward"] for r in doc["results"]] == [0.0, 0.0]
+    assert all(r["termination"].startswith("backend_error: ") and "HTTP 400" in r["termination"]
+               for r in doc["results"])
