@@ -180,7 +180,7 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
         results = _run_live(args, cfg, advance) if live else run_bench(cfg, advance)
     summary = summarize(results, seed=args.seed)
     theory = [t for m in cfg.methods if m.startswith("specagent") and (t := theory_check(results, m))]
-    for table in _summary_tables(summary, cfg):
+    for table in _summary_tables(summary, cfg, live):
         console.print(table)
     if live:
         console.print(_edge_cloud_table(summary, args))
@@ -276,7 +276,7 @@ def _results(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{escape(args.key)} in {escape(str(store))}: {_describe(doc.cfg)}", soft_wrap=True,
                       highlight=False)
         console.print("labels: " + ", ".join(f"{k}={v}" for k, v in doc.labels.items()), soft_wrap=True)
-        for table in _summary_tables(doc.summary, doc.cfg):
+        for table in _summary_tables(doc.summary, doc.cfg, doc.labels.get("policies") == "live engines"):
             console.print(table)
         if doc.theory:
             console.print(_theory_table(doc.theory))
@@ -341,7 +341,7 @@ def _fmt(x: float, spec: str = ".1f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def _summary_tables(summary, cfg) -> list[Table]:
+def _summary_tables(summary, cfg, live: bool = False) -> list[Table]:
     base = next((s for s in summary if s.method == "strong"), None)
 
     def ratio(x: float, attr: str) -> str:
@@ -350,7 +350,7 @@ def _summary_tables(summary, cfg) -> list[Table]:
 
     tasks = summary[0].trajectories // cfg.trials
     quality = Table(title=f"tau2 {cfg.domain}: quality, {tasks} tasks x {cfg.trials} trial(s), K={cfg.spec.k} "
-                          "(simulated policies; Pass@1 measured by tau2's evaluator)")
+                          f"({'real engines' if live else 'simulated policies'}; Pass@1 measured by tau2's evaluator)")
     for col in ("method", "Pass@1 %", "Δ vs strong, pts (95% CI)", "gap recovered", "strong calls/task",
                 "committed steps/task"):
         quality.add_column(col, justify="left" if col == "method" else "right")
@@ -358,7 +358,8 @@ def _summary_tables(summary, cfg) -> list[Table]:
         quality.add_row(s.method, _fmt(s.pass_at_1),
                         f"{_fmt(s.diff_vs_strong, '+.1f')} [{_fmt(s.ci_low, '+.1f')}, {_fmt(s.ci_high, '+.1f')}]",
                         _fmt(s.gap_recovered, ".2f"), _fmt(s.strong_calls), _fmt(s.committed_steps))
-    cost = Table(title=f"tau2 {cfg.domain}: cost per task (tokens simulated; HBM/FLOPs/latency estimated, strong on "
+    tokens = "tokens measured from engine usage" if live else "tokens simulated"
+    cost = Table(title=f"tau2 {cfg.domain}: cost per task ({tokens}; HBM/FLOPs/latency estimated, strong on "
                        f"{cfg.hardware.strong_gpus}x{cfg.hardware.gpu}; wall measured)")
     for col in ("method", "strong decode tok", "strong prefill tok", "weak tok", "strong HBM TB (range)",
                 "HBM / strong", "FLOPs / strong", "GPU latency / strong", "wall ms"):

@@ -97,6 +97,7 @@ def test_live_bench_runs_methods_through_endpoints_and_reports_edge_cloud_costs(
     assert calls["user"] >= 4  # the customer answered tau2's greeting in every run
     assert calls["drafter"] > 0 and calls["verifier"] > 0 and calls["verify"] > 0
     assert "edge-cloud cost per task" in out and "90 %" in out  # the repair prompt's measured cache share
+    assert "real engines; Pass@1" in out and "simulated policies" not in out
     strong_prices = [r["resources"]["dollars"] for r in doc["results"]]
     assert all(d is not None and d > 0 for d in strong_prices)
 
