@@ -212,7 +212,7 @@ def test_specagent_runs_tau2_airline_tasks_through_the_engines(engines):
     assert repairs, "no strong repair happened; the cache check needs one"
     share = sum(u.cached_prompt_tokens for u in repairs) / sum(u.prompt_tokens for u in repairs)
     MEASURED["repair_prompt_cached_share"] = round(share, 3)
-    assert share > 0.5
+    assert share > 0.8  # measured 0.926 (target >= 0.9); the shared leading block dominates the prompt
 
 
 def test_bring_up_timings_are_recorded(engines):  # last: prints what the others measured
