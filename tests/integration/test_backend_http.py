@@ -6,16 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
-import time
 from collections import Counter
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from specagent_ray.models.backend import BackendError, ChatBackend
+from specagent_ray.testing.http import serve_in_thread
 from specagent_ray.models.llm import LLMPolicy
 from specagent_ray.models.parsing import parse_action
 from specagent_ray.models.prompts import PromptConfig, Prompts
@@ -61,20 +59,8 @@ async def chat_completions(request: Request):
 
 @pytest.fixture(scope="module")
 def base_url():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "test server did not start"
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    with serve_in_thread(app) as root:
+        yield f"{root}/v1"
 
 
 @pytest.fixture(autouse=True)

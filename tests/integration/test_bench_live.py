@@ -9,17 +9,14 @@ evaluator, the cost and edge-cloud reports. Real engines are exercised by tests/
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections import Counter
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from specagent_ray.cli import main
+from specagent_ray.testing.http import serve_in_thread
 
 app = FastAPI()
 LIMITS = {"max_prompt_tokens": 10**9}
@@ -65,18 +62,8 @@ async def chat_completions(request: Request):
 
 @pytest.fixture(scope="module")
 def endpoint():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "endpoint did not start"
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    server.should_exit = True
-    thread.join(10)
+    with serve_in_thread(app) as root:
+        yield f"{root}/v1"
 
 
 def test_live_bench_runs_methods_through_endpoints_and_reports_edge_cloud_costs(endpoint, tmp_path, capsys):
