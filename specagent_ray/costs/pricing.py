@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from importlib import resources
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..telemetry.resources import Pricing
+from .specs import by_name, yaml_entries
 
 
 class PriceEntry(BaseModel):
@@ -22,18 +22,11 @@ class PriceEntry(BaseModel):
 
 def load_prices(text: str | None = None) -> dict[str, Pricing]:
     """Name -> prices, from ``text`` or the packaged file. Unknown keys and duplicates are errors."""
-    doc = yaml.safe_load(text if text is not None else
-                         resources.files(__package__).joinpath("data/pricing.yaml").read_text())
-    if not isinstance(doc, dict) or set(doc) != {"prices"} or not isinstance(doc["prices"], list):
-        raise ValueError("pricing file: expected a mapping with the single key 'prices' holding a list")
-    out: dict[str, Pricing] = {}
-    for raw in doc["prices"]:
-        entry = PriceEntry.model_validate(raw)
-        if entry.name in out:
-            raise ValueError(f"pricing file: duplicate name {entry.name!r}")
-        out[entry.name] = Pricing(prompt_per_mtok=entry.prompt_per_mtok, cached_per_mtok=entry.cached_per_mtok,
-                                  decode_per_mtok=entry.decode_per_mtok)
-    return out
+    if text is None:
+        text = resources.files(__package__).joinpath("data/pricing.yaml").read_text()
+    entries = by_name([PriceEntry.model_validate(e) for e in yaml_entries(text, "prices")])
+    return {name: Pricing(prompt_per_mtok=e.prompt_per_mtok, cached_per_mtok=e.cached_per_mtok,
+                          decode_per_mtok=e.decode_per_mtok) for name, e in entries.items()}
 
 
 def load_price(name: str) -> Pricing:

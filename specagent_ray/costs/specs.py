@@ -80,14 +80,16 @@ class GpuProfile(BaseModel):
         return self.collective_latency_s if n_gpus <= self.gpus_per_node else self.internode_collective_latency_s
 
 
-def _entries(text: str, key: str) -> list[Any]:
+def yaml_entries(text: str, key: str) -> list[Any]:
+    """The list under the single top-level ``key`` of a YAML document; ValueError otherwise."""
     doc = yaml.safe_load(text)
     if not isinstance(doc, dict) or set(doc) != {key} or not isinstance(doc[key], list):
         raise ValueError(f"expected a YAML mapping with the single key {key!r} holding a list")
     return doc[key]
 
 
-def _by_name(items: list[Any]) -> dict[str, Any]:
+def by_name(items: list[Any]) -> dict[str, Any]:
+    """Items keyed by their ``name``; ValueError on a duplicate."""
     out: dict[str, Any] = {}
     for item in items:
         if item.name in out:
@@ -98,12 +100,12 @@ def _by_name(items: list[Any]) -> dict[str, Any]:
 
 def parse_models(text: str) -> dict[str, ModelSpec]:
     """Parse a models YAML document (``models: [...]``) into specs keyed by name."""
-    return _by_name([ModelSpec.model_validate(e) for e in _entries(text, "models")])
+    return by_name([ModelSpec.model_validate(e) for e in yaml_entries(text, "models")])
 
 
 def parse_gpus(text: str) -> dict[str, GpuProfile]:
     """Parse a GPU YAML document (``gpus: [...]``) into profiles keyed by name."""
-    return _by_name([GpuProfile.model_validate(e) for e in _entries(text, "gpus")])
+    return by_name([GpuProfile.model_validate(e) for e in yaml_entries(text, "gpus")])
 
 
 def _read(filename: str) -> str:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
+
+from ..testing.http import free_port
 
 CPU_ENGINE_KWARGS: dict[str, Any] = {
     "dtype": "bfloat16",
@@ -63,12 +64,6 @@ def wait_until_serving(base_url: str, model_ids: list[str], timeout_s: float = 6
         time.sleep(2)
     if pending:
         raise TimeoutError(f"engines {pending} not serving at {base_url} after {timeout_s:.0f}s: {last_error}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

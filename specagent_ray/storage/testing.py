@@ -5,17 +5,33 @@ Needs the ``dev`` extra (moto[server]). Credentials are not checked; set dummy o
 
 from __future__ import annotations
 
+import logging
 import socket
-from typing import Self
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Self
+
+from ..testing.http import free_port
 
 DUMMY_AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                  "AWS_DEFAULT_REGION": "us-east-1", "NO_PROXY": "127.0.0.1,localhost"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@contextmanager
+def isolated_aws_env(empty_dir: Path) -> Iterator[None]:
+    """Dummy credentials, and none of the developer's ~/.aws, profile, session or endpoint settings;
+    moto's per-request logging silenced. Restores the environment on exit."""
+    import pytest
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in DUMMY_AWS_ENV.items():
+            mp.setenv(name, value)
+        mp.setenv("AWS_CONFIG_FILE", str(empty_dir / "config"))
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty_dir / "credentials"))
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            mp.delenv(name, raising=False)
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        yield
 
 
 class LocalS3:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -55,12 +54,6 @@ STEP_SCHEMA = {
 }
 READY_TIMEOUT_S = 600
 MEASURED: dict[str, object] = {}  # printed by the last test (-s shows it)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _http(base: str, path: str, body: dict | None = None, timeout: float = 120.0) -> tuple[dict, float]:

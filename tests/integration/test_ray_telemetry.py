@@ -2,17 +2,26 @@
 
 import asyncio
 import re
-import socket
 import time
 import urllib.request
 
 import pytest
 
+from specagent_ray.testing.http import free_port
+
 ray = pytest.importorskip("ray")  # ray[serve] is part of the dev extra; a missing install fails loudly below
 
 from specagent_ray.costs.ledger import Ledger  # noqa: E402
 from specagent_ray.models.scripted import ScriptedPolicy, ScriptedUser, ScriptedVerifier  # noqa: E402
-from specagent_ray.protocol import METHODS, Action, Effect, Parts, SpecConfig, Task, Verdict  # noqa: E402
+from specagent_ray.protocol import (  # noqa: E402
+    METHODS,
+    Action,
+    Effect,
+    Parts,
+    SpecConfig,
+    Task,
+    Verdict,
+)
 from specagent_ray.telemetry.tracing import OtelSpans, attached, carrier, make_provider  # noqa: E402
 from specagent_ray.tools.scripted import InMemoryTools, ToolSpec, object_schema  # noqa: E402
 
@@ -23,15 +32,9 @@ def test_ray_is_installed_by_the_dev_extra():
     assert ray.__version__ == "2.60.0"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
-    port = _free_port()
+    port = free_port()
     ray.init(num_cpus=2, include_dashboard=False, _metrics_export_port=port,
              _system_config={"metrics_report_interval_ms": 500}, log_to_driver=False)
     yield port

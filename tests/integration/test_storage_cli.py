@@ -2,7 +2,6 @@
 
 import dataclasses
 import json
-import logging
 import re
 import uuid
 
@@ -11,21 +10,13 @@ import pytest
 from specagent_ray.bench.report import MethodSummary, write_json
 from specagent_ray.cli import main
 from specagent_ray.storage import S3Store, get_json, open_store, put_json
-from specagent_ray.storage.testing import DUMMY_AWS_ENV, LocalS3, free_port
+from specagent_ray.storage.testing import LocalS3, free_port, isolated_aws_env
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    empty = tmp_path_factory.mktemp("aws")
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in DUMMY_AWS_ENV.items():
-            mp.setenv(name, value)
-        mp.setenv("AWS_CONFIG_FILE", str(empty / "config"))
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
-        mp.delenv("AWS_PROFILE", raising=False)
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        with LocalS3() as server:
-            yield server
+    with isolated_aws_env(tmp_path_factory.mktemp("aws")), LocalS3() as server:
+        yield server
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -4,7 +4,6 @@ Outages are injected through boto3's public event hooks, which stop and start th
 nothing in boto3 is patched.
 """
 
-import logging
 import random
 import threading
 import uuid
@@ -13,20 +12,12 @@ import pytest
 
 from specagent_ray.storage import NotFound, StoreError, open_store
 from specagent_ray.storage.s3 import MiB, S3Store
-from specagent_ray.storage.testing import DUMMY_AWS_ENV, LocalS3, free_port
+from specagent_ray.storage.testing import LocalS3, free_port, isolated_aws_env
 
 
 @pytest.fixture(scope="module")
 def aws_env(tmp_path_factory):
-    empty = tmp_path_factory.mktemp("aws")
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in DUMMY_AWS_ENV.items():
-            mp.setenv(name, value)
-        mp.setenv("AWS_CONFIG_FILE", str(empty / "config"))  # ignore the developer's ~/.aws
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-            mp.delenv(name, raising=False)
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto logs every request otherwise
+    with isolated_aws_env(tmp_path_factory.mktemp("aws")):
         yield
 
 

@@ -249,3 +249,17 @@ def test_tensor_parallel_collectives_add_latency_per_forward_pass():
     assert two_nodes > per_token * 100  # every decode token pays the inter-node collectives
     assert gpu.collective_s(1) == 0.0 and gpu.collective_s(16) > gpu.collective_s(8) > 0
     assert one_node > 0
+
+
+def test_price_lists_load_and_reject_bad_files():
+    from specagent_ray.costs.pricing import load_price, load_prices
+
+    assert load_price("local").decode_per_mtok == 0.0
+    assert load_price("example-frontier").decode_per_mtok > load_price("example-frontier").prompt_per_mtok
+    with pytest.raises(ValueError, match="unknown price list 'nope'; known: .*local"):
+        load_price("nope")
+    entry = "{name: a, prompt_per_mtok: 1, cached_per_mtok: 1, decode_per_mtok: 1, source: x}"
+    with pytest.raises(ValueError, match="duplicate name 'a'"):
+        load_prices(f"prices: [{entry}, {entry}]")
+    with pytest.raises(ValueError, match="single key 'prices'"):
+        load_prices("price: []")
