@@ -18,15 +18,16 @@ from typing import Any, Protocol
 
 import openai
 
+from ..protocol.interfaces import EngineUnavailable
 from ..protocol.types import Usage
 from .prompts import ChatMessage
 
 
-class BackendError(RuntimeError):
+class BackendError(EngineUnavailable, RuntimeError):
     """The endpoint could not answer (connection, timeout, HTTP error) after the client's retries.
 
-    This is an infrastructure failure, not malformed output: the protocol does not turn it into a
-    rejection, it propagates to whoever runs the session."""
+    This is an infrastructure failure, not malformed output (see ``EngineUnavailable`` for what the
+    protocol does with it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,9 @@
 """The SpecAgent protocol: pure async code over small interfaces (no Ray, no HTTP, no vLLM)."""
 
 from .baselines import METHODS, ExactMatchVerifier
-from .interfaces import CallRecord, Ledger, MalformedOutput, Policy, ToolAdapter, User, Verifier
+from .interfaces import (
+    CallRecord, EngineUnavailable, Journal, Ledger, MalformedOutput, Policy, ToolAdapter, User, Verifier,
+)
 from .runtime import Parts, Run, SpecConfig
 from .speculation import run_specagent
 from .types import (
@@ -10,7 +12,7 @@ from .types import (
 )
 
 __all__ = [
-    "METHODS", "ExactMatchVerifier", "CallRecord", "Ledger", "MalformedOutput", "Policy", "ToolAdapter",
+    "METHODS", "ExactMatchVerifier", "CallRecord", "EngineUnavailable", "Journal", "Ledger", "MalformedOutput", "Policy", "ToolAdapter",
     "User", "Verifier", "Parts", "Run", "SpecConfig", "run_specagent", "Action", "ActionKind", "Effect",
     "Event", "History", "Observation", "Proposal", "Review", "Step", "Task", "Termination", "ToolCall",
     "Trajectory", "Usage", "Verdict",

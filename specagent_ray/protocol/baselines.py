@@ -20,19 +20,23 @@ from .runtime import Parts, Run, SpecConfig
 from .speculation import run_specagent
 from .types import History, Review, Step, Task, Trajectory, Usage, Verdict
 
-Method = Callable[[Task, Parts, SpecConfig], Awaitable[Trajectory]]
+# (task, parts, config, start): ``start`` is the committed history a served session resumes from.
+Method = Callable[[Task, Parts, SpecConfig, History | None], Awaitable[Trajectory]]
 
 
-async def run_strong_only(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
-    return await _single_author(task, parts, config, "strong")
+async def run_strong_only(task: Task, parts: Parts, config: SpecConfig = SpecConfig(),
+                          start: History | None = None) -> Trajectory:
+    return await _single_author(task, parts, config, "strong", start)
 
 
-async def run_weak_only(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
-    return await _single_author(task, parts, config, "weak")
+async def run_weak_only(task: Task, parts: Parts, config: SpecConfig = SpecConfig(),
+                        start: History | None = None) -> Trajectory:
+    return await _single_author(task, parts, config, "weak", start)
 
 
-async def _single_author(task: Task, parts: Parts, config: SpecConfig, role: str) -> Trajectory:
-    run = Run(task, parts, config)
+async def _single_author(task: Task, parts: Parts, config: SpecConfig, role: str,
+                         start: History | None) -> Trajectory:
+    run = Run(task, parts, config, start)
     while run.next_round():
         proposal = await run.propose(role, "step")  # type: ignore[arg-type]
         if proposal is not None:
@@ -40,8 +44,9 @@ async def _single_author(task: Task, parts: Parts, config: SpecConfig, role: str
     return run.trajectory()
 
 
-async def run_agentcollab(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
-    run = Run(task, parts, config)
+async def run_agentcollab(task: Task, parts: Parts, config: SpecConfig = SpecConfig(),
+                          start: History | None = None) -> Trajectory:
+    run = Run(task, parts, config, start)
     while run.next_round():
         proposal = await run.propose("weak", "step")
         last = run.history.steps[-1] if run.history.steps else None
@@ -68,8 +73,9 @@ def _escalation_reason(run: Run, proposal, after_error: bool) -> str | None:
     return None if reason is None else f"invalid weak action: {reason}"
 
 
-async def run_speculative_actions(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
-    run = Run(task, parts, config)
+async def run_speculative_actions(task: Task, parts: Parts, config: SpecConfig = SpecConfig(),
+                                  start: History | None = None) -> Trajectory:
+    run = Run(task, parts, config, start)
     while run.next_round():
         strong, guess = await asyncio.gather(run.propose("strong", "step"), run.propose("weak", "speculate"))
         if strong is None:
@@ -100,17 +106,19 @@ class ExactMatchVerifier:
         return Review(Verdict(len(block)), Usage(prompt, cached, decode))
 
 
-async def run_specagent_exact(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
+async def run_specagent_exact(task: Task, parts: Parts, config: SpecConfig = SpecConfig(),
+                              start: History | None = None) -> Trajectory:
     exact = dataclasses.replace(parts, verifier=ExactMatchVerifier(parts.strong))
-    return await run_specagent(task, exact, config)
+    return await run_specagent(task, exact, config, start)
 
 
 def _session(name: str, method: Method) -> Method:
     """The method as a served session: one root span over the whole run."""
 
-    async def session(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
+    async def session(task: Task, parts: Parts, config: SpecConfig = SpecConfig(),
+                      start: History | None = None) -> Trajectory:
         with parts.spans.span("session", {"specagent.method": name, "specagent.task_id": task.id}) as span:
-            trajectory = await method(task, parts, config)
+            trajectory = await method(task, parts, config, start)
             span.set("specagent.committed_steps", len(trajectory.steps))
             span.set("specagent.termination", trajectory.termination.value)
             return trajectory

@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ContextManager, Literal, Mapping, Protocol, Sequence
 
-from .types import Author, Effect, History, Observation, Proposal, Review, Step, ToolCall, Usage
+from .types import Author, Effect, Event, History, Observation, Proposal, Review, Step, ToolCall, Usage
+
+
+class EngineUnavailable(Exception):
+    """A model engine (or the replica serving it) could not answer, after the caller's own retries.
+
+    Infrastructure, not output: nothing was proposed, so nothing can be executed. The loop re-drafts
+    from the last committed state when the drafter is lost, and falls back to a strong step when the
+    verifier is; a strong policy that stays unavailable ends the session with this error.
+    """
 
 
 class MalformedOutput(Exception):
@@ -75,6 +84,27 @@ class Spans(Protocol):
     names spans and attributes; telemetry/tracing.py maps them onto OpenTelemetry."""
 
     def span(self, name: str, attributes: Mapping[str, object] | None = None) -> ContextManager[SpanHandle]: ...
+
+
+class Journal(Protocol):
+    """Where a served session's progress goes as it happens: every event, and every commit.
+
+    ``committed`` is called once per commit, after the steps joined H and before anything else runs,
+    so a journal that makes commits durable loses no committed step."""
+
+    def event(self, event: Event) -> None: ...
+
+    def committed(self, steps: Sequence[Step]) -> None: ...
+
+
+class NoJournal:
+    """The default: a run that nobody follows."""
+
+    def event(self, event: Event) -> None:
+        return None
+
+    def committed(self, steps: Sequence[Step]) -> None:
+        return None
 
 
 class _NullSpan:

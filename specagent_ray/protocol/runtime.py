@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .interfaces import (
-    CallRecord, Ledger, MalformedOutput, NoSpans, Policy, Purpose, SpanHandle, Spans, ToolAdapter, User, Verifier,
+    CallRecord, EngineUnavailable, Journal, Ledger, MalformedOutput, NoJournal, NoSpans, Policy, Purpose, SpanHandle,
+    Spans, ToolAdapter, User, Verifier,
 )
 from .types import (
     Action,
@@ -58,7 +59,8 @@ class SpecConfig:
 @dataclass
 class Parts:
     """The pieces one run is made of. ``clock`` is injected so tests and benches control time;
-    ``spans`` receives the run's structure (no-op unless telemetry is wired in)."""
+    ``spans`` receives the run's structure (no-op unless telemetry is wired in); ``journal`` receives
+    every event and commit (no-op unless a served session follows the run)."""
 
     weak: Policy
     strong: Policy
@@ -68,15 +70,19 @@ class Parts:
     ledger: Ledger
     clock: Callable[[], float] = time.perf_counter
     spans: Spans = field(default_factory=NoSpans)
+    journal: Journal = field(default_factory=NoJournal)
 
 
 @dataclass
 class Run:
-    """One session's state: H, the event log, and how it ended. Methods never bypass ``take``."""
+    """One session's state: H, the event log, and how it ended. Methods never bypass ``take``.
+
+    ``start`` resumes a served session from its durable committed history (H; empty by default)."""
 
     task: Task
     parts: Parts
     config: SpecConfig
+    start: History | None = None
     history: History = field(init=False)
     events: list[Event] = field(default_factory=list)
     termination: Termination | None = None
@@ -84,7 +90,7 @@ class Run:
     last_malformed: str = ""  # why the latest model output could not be used
 
     def __post_init__(self) -> None:
-        self.history = History(self.task)
+        self.history = self.start if self.start is not None else History(self.task)
 
     # -- the run's life -------------------------------------------------------------------------
 
@@ -106,12 +112,15 @@ class Run:
         return Trajectory(self.history, self.termination or Termination.MAX_STEPS, self.events)
 
     def note(self, kind: str, detail: str = "", action: Action | None = None) -> None:
-        self.events.append(Event(kind, detail, action))  # type: ignore[arg-type]
+        event = Event(kind, detail, action)  # type: ignore[arg-type]
+        self.events.append(event)
+        self.parts.journal.event(event)
 
     def commit(self, steps: Sequence[Step]) -> None:
         if not steps:
             return
         self.history = self.history.commit(tuple(steps))
+        self.parts.journal.committed(steps)
         last = steps[-1]
         if last.action.kind is ActionKind.STOP:
             self.termination = Termination.AGENT_STOP
@@ -158,7 +167,8 @@ class Run:
             return proposal
 
     async def verify(self, block: Sequence[Step]) -> Verdict:
-        """One strong call over H + block. Malformed output is a full rejection, never trusted."""
+        """One strong call over H + block. Malformed output is a full rejection, never trusted; an
+        unavailable verifier is one too (no repair), so the strong policy writes the step instead."""
         with self.model_span("strong", "verify") as span:
             start = self.parts.clock()
             try:
@@ -166,6 +176,10 @@ class Run:
             except MalformedOutput as exc:
                 self.record("strong", "verify", exc, start, span)
                 return Verdict(0, f"malformed verdict: {exc}")
+            except EngineUnavailable as exc:
+                self.note("verifier_fallback", str(exc))
+                span.set("error.type", "engine_unavailable")
+                return Verdict(0, f"verifier unavailable: {exc}")
             self.record("strong", "verify", review, start, span)
         verdict = review.verdict
         if not isinstance(verdict, Verdict):

@@ -15,35 +15,44 @@
 
 Beyond the paper, and never weakening it: a weak action that fails ``valid()`` is never executed; it
 ends the draft (the reads before it commit like a read-only block) and the strong policy writes that
-step instead. A malformed verdict is a full rejection (j = 0, no fused repair).
+step instead. A malformed verdict is a full rejection (j = 0, no fused repair). A drafter that is lost
+mid-block (``EngineUnavailable``) drops the block, reads included, and drafting restarts from H; an
+unavailable verifier is a full rejection, so the strong policy writes the step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .interfaces import EngineUnavailable
 from .runtime import Parts, Run, SpecConfig
-from .types import ActionKind, Effect, Step, Task, Trajectory, Verdict
+from .types import ActionKind, Effect, History, Step, Task, Trajectory, Verdict
 
 
 @dataclass(frozen=True, slots=True)
 class Block:
     """The drafted steps; the last one is staged iff ``staged``. ``refused`` says why the weak
-    policy's last proposal was dropped without execution (invalid or malformed), if it was."""
+    policy's last proposal was dropped without execution (invalid or malformed), if it was; ``lost``
+    says why the drafter went away mid-block, if it did."""
 
     steps: tuple[Step, ...]
     staged: bool = False
     refused: str | None = None
+    lost: str | None = None
 
 
-async def run_specagent(task: Task, parts: Parts, config: SpecConfig = SpecConfig()) -> Trajectory:
-    run = Run(task, parts, config)
+async def run_specagent(task: Task, parts: Parts, config: SpecConfig = SpecConfig(),
+                        start: History | None = None) -> Trajectory:
+    run = Run(task, parts, config, start)
     # Invariant: a weak model's write reaches a tool only after the strong model accepts it.
     # The only other way to a write is a strong repair, which is the strong model's own step.
     while run.next_round():
         with run.span("block") as span:
             block = await draft(run)
             span.set("specagent.draft_length", len(block.steps))
+            if block.lost is not None:
+                run.note("redraft", block.lost)  # drafted reads are reversible: drop them, draft again from H
+                continue
             if not block.staged:
                 run.commit(block.steps)  # reads only: reversible, so no review (a full K-read block)
                 if block.refused is not None:
@@ -59,7 +68,10 @@ async def draft(run: Run) -> Block:
     """Draft up to K steps. Reads run now; the first write is staged and ends the draft."""
     steps: list[Step] = []
     for _ in range(min(run.config.k, run.room())):
-        proposal = await run.propose("weak", "draft", steps)
+        try:
+            proposal = await run.propose("weak", "draft", steps)
+        except EngineUnavailable as exc:
+            return Block(tuple(steps), lost=str(exc))
         if proposal is None:
             return Block(tuple(steps), refused=run.last_malformed)
         action = proposal.action

@@ -229,3 +229,57 @@ async def test_exact_match_ablation_rejects_a_different_but_fine_step():
     traj = await run(parts, cfg, "specagent-exact")
     # strong would have looked up "a" first, so the semantically fine R2 is rejected and replaced
     assert actions(traj)[0] == R and traj.steps[0].author == "strong"
+
+
+# -- served sessions: lost engines, journal, resume -------------------------------------------------
+
+from specagent_ray.protocol import EngineUnavailable, History  # noqa: E402
+
+
+async def test_lost_drafter_drops_the_block_and_redrafts_from_committed_history():
+    lost = EngineUnavailable("drafter replica died")
+    parts, cfg = make(weak=[R, lost, R2, W, STOP])
+    traj = await run(parts, cfg)
+    assert actions(traj) == [R2, W, STOP]  # the first R was drafted in the lost block: dropped
+    assert traj.count("redraft") == 1
+    assert parts.tools.executed == [R.call, R2.call, W.call]  # the dropped read ran, the write once
+    redraft_history = parts.weak.calls[2][0]
+    assert len(redraft_history) == 0 and parts.weak.calls[2][1] == ()  # re-drafted from H, empty draft
+
+
+async def test_unavailable_verifier_falls_back_to_a_strong_step_and_never_runs_the_weak_write():
+    parts, cfg = make(weak=[W, STOP], strong=[R2], verdicts=[EngineUnavailable("verifier timed out")])
+    traj = await run(parts, cfg)
+    assert W.call not in parts.tools.executed
+    assert traj.count("verifier_fallback") == 1
+    assert traj.steps[0].action == R2 and traj.steps[0].author == "strong"
+
+
+class _Journal:
+    def __init__(self):
+        self.events, self.commits = [], []
+
+    def event(self, event):
+        self.events.append(event.kind)
+
+    def committed(self, steps):
+        self.commits.append([s.action for s in steps])
+
+
+async def test_journal_sees_every_event_and_every_commit_in_order():
+    parts, cfg = make(weak=[R, W, STOP], verdicts=[Verdict(1)], strong=[R2])
+    parts.journal = _Journal()
+    traj = await run(parts, cfg)
+    assert parts.journal.events == [e.kind for e in traj.events]
+    assert [a for c in parts.journal.commits for a in c] == actions(traj)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+async def test_every_method_resumes_from_a_committed_history(method):
+    parts, cfg = make(weak=[STOP], strong=[STOP])
+    done = parts.tools
+    first = (await run(make(weak=[R], strong=[R], max_steps=1)[0], SpecConfig(max_steps=1), method)).steps
+    assert len(first) == 1
+    traj = await METHODS[method](Task("t", "help"), parts, cfg, History(Task("t", "help"), first))
+    assert actions(traj)[0] == R and traj.steps[-1].action == STOP
+    assert done.executed == []  # nothing of the resumed history ran again
