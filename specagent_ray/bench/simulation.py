@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from ..costs.ledger import Ledger
 from ..models.simulated import (
@@ -14,7 +14,7 @@ from ..models.simulated import (
 from ..models.tokens import PrefixCache, TokenModel
 from ..protocol.runtime import Parts
 from ..protocol.types import Action, Observation, Task
-from ..tools.tau2 import Tau2Domain, Tau2Tools
+from ..tools.tau2 import Tau2Domain, Tau2Tools, schema_validator
 
 SPARE_READS = {
     "airline": (Action.tool("list_all_airports"),),
@@ -61,19 +61,33 @@ def gold_script(domain: Tau2Domain, task_id: str) -> GoldScript:
                         SPARE_READS.get(domain.name, ()))
 
 
-def simulated_parts(domain: Tau2Domain, task_id: str, trial: int, settings: SimSettings,
-                    tools: Tau2Tools | None = None) -> tuple[Task, Parts]:
-    """A task and fresh parts for one run: real tau2 tools, simulated models, an empty ledger."""
+def simulated_models(domain: Tau2Domain, task_id: str, trial: int, settings: SimSettings,
+                     valid: Callable[[Action], bool] | None = None,
+                     ) -> tuple[SimulatedPolicy, SimulatedPolicy, SimulatedVerifier]:
+    """The weak policy, strong policy and verifier of one run (SIMULATED), with fresh prefix caches.
+    ``valid`` defaults to the domain's schema check (no environment needed)."""
     script = gold_script(domain, task_id)
     seed = (settings.seed, domain.name, task_id, trial)
     weak_cache, strong_cache = PrefixCache(), PrefixCache()
-    tools = tools or Tau2Tools(domain)
-    valid = lambda a: tools.validate(a.call) is None  # noqa: E731
+    if valid is None:
+        valid = lambda a: schema_validator(domain.name).check(a.call) is None  # noqa: E731
     system_chars = len(domain.policy) + len(json.dumps(domain.openai_tools()))
     tm = replace(settings.tokens, system_tokens=int(system_chars / settings.tokens.chars_per_token))
     weak = SimulatedPolicy("weak", script, settings.weak, tm, weak_cache, seed, valid)
     strong = SimulatedPolicy("strong", script, settings.strong, tm, strong_cache, seed, valid)
     verifier = SimulatedVerifier(script, settings.verifier, strong, tm, strong_cache, seed)
-    parts = Parts(weak, strong, verifier, tools, GoldUser(), Ledger())
+    return weak, strong, verifier
+
+
+def simulated_task(domain: Tau2Domain, task_id: str) -> Task:
     tau2_task = domain.tasks[task_id]
-    return Task(task_id, first_user_message(tau2_task), tau2_task), parts
+    return Task(task_id, first_user_message(tau2_task), tau2_task)
+
+
+def simulated_parts(domain: Tau2Domain, task_id: str, trial: int, settings: SimSettings,
+                    tools: Tau2Tools | None = None) -> tuple[Task, Parts]:
+    """A task and fresh parts for one run: real tau2 tools, simulated models, an empty ledger."""
+    tools = tools or Tau2Tools(domain)
+    weak, strong, verifier = simulated_models(domain, task_id, trial, settings,
+                                              lambda a: tools.validate(a.call) is None)
+    return simulated_task(domain, task_id), Parts(weak, strong, verifier, tools, GoldUser(), Ledger())

@@ -86,7 +86,7 @@ class Tau2Tools:
     def __init__(self, domain: Tau2Domain, env: Any | None = None):
         self.domain = domain
         self.env = env if env is not None else domain.new_environment()
-        self.validator = _validator(domain.name)
+        self.validator = schema_validator(domain.name)
         self.executed: list[ToolCall] = []
 
     def classify(self, call: ToolCall) -> Effect:
@@ -104,7 +104,7 @@ class Tau2Tools:
 
 
 @functools.cache
-def _validator(domain: str) -> SchemaValidator:
+def schema_validator(domain: str) -> SchemaValidator:
     return SchemaValidator(Tau2Domain.load(domain).tool_schemas)
 
 

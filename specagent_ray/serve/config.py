@@ -1,0 +1,157 @@
+"""The one config shape of a served SpecAgent application.
+
+The same dict is a Serve config's ``args`` (``serve run``, ``serve deploy``, KubeRay's ``serveConfigV2``)
+and what ``build_app`` receives. Every model forbids unknown keys, so a typo is an error that names
+the field, not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..protocol.baselines import METHODS
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LatencyModel(Strict):
+    """SIMULATED engine time. A batch of n requests takes ``base_s + per_request_s * n`` (prefills of one
+    batch share the engine's steps; decode is folded into ``base_s``)."""
+
+    draft_base_s: float = Field(0.02, ge=0, description="one drafter batch: weak decode of one step")
+    draft_per_request_s: float = Field(0.0005, ge=0, description="added per request in a drafter batch")
+    verify_base_s: float = Field(0.04, ge=0, description="one verifier batch: strong verdict decode")
+    verify_per_request_s: float = Field(0.002, ge=0, description="added per request (its prefill)")
+    step_base_s: float = Field(0.06, ge=0, description="one strong step (repair or Strong-only step)")
+
+
+class SimEngines(Strict):
+    """Simulated weak and strong engines (seeded; see models/simulated.py), as Serve deployments."""
+
+    kind: Literal["sim"] = "sim"
+    drafter_replicas: int = Field(2, ge=1, le=64)
+    verifier_replicas: int = Field(1, ge=1, le=64)
+    latency: LatencyModel = LatencyModel()
+    seed: int = 0
+
+
+class Endpoint(Strict):
+    """An OpenAI-compatible chat endpoint. The key is read from the named environment variable; a
+    config never holds a secret."""
+
+    url: str = Field(description="base URL ending in /v1")
+    model: str
+    api_key_env: str | None = Field(None, description="environment variable that holds the API key")
+
+
+class OpenAIEngines(Strict):
+    """Engines behind OpenAI-compatible endpoints: Ray Serve LLM's ingress (local-cpu, gpu-tp16) or a
+    cloud API (edge-cloud's strong model). ``user`` is tau2's user simulator (the verifier's when None)."""
+
+    kind: Literal["openai"] = "openai"
+    drafter: Endpoint
+    verifier: Endpoint
+    user: Endpoint | None = None
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(2, ge=0, le=10)
+    max_tokens: int = Field(256, ge=16)
+    user_max_tokens: int = Field(512, ge=16)
+    strict_schema: bool = Field(True, description="False for cloud APIs whose strict mode forbids free-form objects")
+
+
+Engines = Annotated[Union[SimEngines, OpenAIEngines], Field(discriminator="kind")]
+
+
+class CoordinatorConfig(Strict):
+    """Scheduling. A verify request waits at most ``batch_window_ms`` for others to share its batch,
+    and a batch holds at most ``max_batch`` requests (see docs/serving.md for measured effects)."""
+
+    max_sessions: int = Field(2000, ge=1, description="running sessions; more get 429")
+    queue_limit: int = Field(4096, ge=1, description="queued engine requests above which new work gets 429")
+    batch_window_ms: float = Field(2.0, ge=0, le=1000)
+    max_batch: int = Field(64, ge=1, le=4096)
+    verify_attempts: int = Field(2, ge=1, le=5, description="tries before the fallback to a strong step")
+    verify_timeout_s: float = Field(120.0, gt=0)
+    retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429")
+
+
+class GatewayConfig(Strict):
+    """Authentication and limits of the HTTP API. Keys come from ``api_keys_env`` (comma-separated);
+    ``dev_api_key`` is for local profiles only."""
+
+    api_keys_env: str = "SPECAGENT_API_KEYS"
+    dev_api_key: str | None = None
+    max_body_bytes: int = Field(65536, ge=1024)
+    events_wait_s: float = Field(15.0, gt=0, description="SSE long-poll slice")
+    coordinator_retry_s: float = Field(120.0, gt=0, description="how long a request waits for a restarting coordinator")
+
+
+EffectName = Literal["read", "write"]
+
+
+class Tau2Source(Strict):
+    """tau2-bench's own environments, one private DB per session, hosted by the tool host."""
+
+    kind: Literal["tau2"] = "tau2"
+    domain: Literal["airline", "retail"]
+
+
+class McpSource(Strict):
+    """An MCP server over stdio (``command``) or streamable HTTP (``url``), configured here only.
+
+    Annotations (``read_only_hint``) are hints: trusted only when ``trusted``. Unknown or unannotated
+    tools are WRITE. ``overrides`` always win."""
+
+    kind: Literal["mcp"] = "mcp"
+    command: list[str] | None = None
+    url: str | None = None
+    trusted: bool = False
+    overrides: dict[str, EffectName] = {}
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> "McpSource":
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP source needs exactly one of command (stdio) or url (streamable HTTP)")
+        if self.command is not None and not self.command:
+            raise ValueError("command must not be empty")
+        return self
+
+
+class ClientSource(Strict):
+    """Tools the client runs itself: the session pauses with a pending call until the client posts its
+    result. Tools are declared per session; their ``read_only`` hints are trusted only when ``trusted``."""
+
+    kind: Literal["client"] = "client"
+    trusted: bool = False
+    overrides: dict[str, EffectName] = {}
+
+
+ToolSource = Annotated[Union[Tau2Source, McpSource, ClientSource], Field(discriminator="kind")]
+
+
+class SessionDefaults(Strict):
+    method: str = "specagent"
+    k: int = Field(6, ge=1, le=64)
+    max_steps: int = Field(30, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _known_method(self) -> "SessionDefaults":
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
+        return self
+
+
+class AppConfig(Strict):
+    """Everything ``build_app`` needs. ``session_log`` is a store URI (a local folder by default)."""
+
+    engines: Engines = SimEngines()
+    coordinator: CoordinatorConfig = CoordinatorConfig()
+    gateway: GatewayConfig = GatewayConfig()
+    tool_sources: dict[str, ToolSource] = {"airline": Tau2Source(domain="airline")}
+    tool_hosts: int = Field(1, ge=1, le=64, description="tool host replicas (tau2 environments, MCP clients)")
+    defaults: SessionDefaults = SessionDefaults()
+    session_log: str = ".specagent/sessions"

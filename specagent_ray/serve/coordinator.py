@@ -1,0 +1,381 @@
+"""The coordinator: owns every session's state machine and schedules their blocks.
+
+Sessions are asyncio tasks running the protocol's own methods (Algorithm 1 and the baselines), wired to
+shared engine clients that batch verify requests across sessions (``engine_client.py``) and to the tool
+host. Admission control keeps the number of running sessions and queued engine requests bounded: past
+either limit a new session or message gets ``Overloaded`` (HTTP 429 with Retry-After).
+
+Durability: every record goes to the session log (group commit) before it is shown to clients; a staged
+write's intent is durable before the write runs. A restarted coordinator replays the log, finishes any
+write whose intent it logged (the tool host's idempotency keys make that at-most-once), and resumes each
+unfinished session from its committed history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import time
+from typing import Any, Callable, Mapping
+
+from ..protocol.baselines import METHODS
+from ..protocol.interfaces import EngineUnavailable
+from ..protocol.runtime import Parts, SpecConfig
+from ..protocol.types import Action, ActionKind, Effect, History, Step, Task, Termination, ToolCall, Trajectory
+from ..storage.base import Store
+from .api import CreateSession, ToolResult, UserMessage
+from .config import AppConfig, ClientSource, McpSource, SimEngines, Tau2Source
+from .errors import BadRequest, Conflict, NotFound, Overloaded
+from .session import FINISHED, Catalog, ClientUser, Session, SessionTools, TimedUser, call_from, summary
+from .session_log import SessionLog
+from .wire import observation_from, step_dict, step_from
+
+log = logging.getLogger(__name__)
+GREETING = "Hi! How can I help you today?"  # tau2's default first agent message
+
+
+class Coordinator:
+    """Guarantees: a session's committed steps are in the log before clients see them; a staged write
+    runs at most once (intent before, result after, one idempotency key); a failed engine or tool never
+    crashes the coordinator, it fails (or re-drafts) one session with a reason."""
+
+    def __init__(self, cfg: AppConfig, engines: Any, tool_host: Any, store: Store,
+                 env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.perf_counter):
+        self.cfg = cfg
+        self.engines = engines
+        self.tool_host = tool_host
+        self.log = SessionLog(store)
+        self.env = dict(os.environ if env is None else env)
+        self.clock = clock
+        self.sessions: dict[str, Session] = {}
+        self._catalogs: dict[str, Catalog] = {}
+        self._dirty: set[Session] = set()
+        self._wake = asyncio.Event()
+        self._flusher: asyncio.Task | None = None
+        self.resumed = 0
+        self.on_fallback: Callable[[str], None] = lambda kind: None
+
+    # -- life -----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Replay the session log and resume every unfinished session."""
+        if self._flusher is not None:
+            return
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_forever())
+        for sid, records in (await asyncio.to_thread(self.log.replay)).items():
+            try:
+                await self._restore(sid, records)
+            except Exception:  # noqa: BLE001 - one unreadable session must not keep the others down
+                log.exception("could not restore session %s", sid)
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            dirty, self._dirty = self._dirty, set()
+            batches = [(s, s.unpublished) for s in dirty]
+            for s in dirty:
+                s.unpublished = []
+            try:
+                await self.log.durable()
+            except Exception:  # noqa: BLE001 - the records stay pending in the log; try again soon
+                log.exception("session log write failed; retrying")
+                for s, records in batches:
+                    s.unpublished[:0] = records
+                    self._dirty.add(s)
+                self._wake.set()
+                await asyncio.sleep(0.5)
+                continue
+            for s, records in batches:
+                s.publish(records)
+
+    def _append(self, sid: str, record: dict[str, Any]) -> None:
+        self.log.append(sid, record)
+        self._dirty.add(self.sessions[sid])
+        self._wake.set()
+        if record["t"] == "verifier_fallback":
+            self.on_fallback("verifier")
+
+    # -- API --------------------------------------------------------------------------------------------
+
+    async def create(self, req: CreateSession) -> dict[str, Any]:
+        self._admit()
+        source = self._source(req)
+        task = await self._task(req, source)
+        catalog = await self._catalog(req, source)
+        session = self._session(secrets.token_hex(8), req, task)
+        session.record("created", request=req.model_dump(mode="json"), opening=task.instruction)
+        session.runner = asyncio.get_running_loop().create_task(self._run(session, catalog))
+        return summary(session)
+
+    async def post_message(self, sid: str, msg: UserMessage) -> dict[str, Any]:
+        s = self._live(sid)
+        if s.request.user != "client":
+            raise Conflict(f"session {sid}'s user is {s.request.user!r}; only client-user sessions take messages")
+        s.record("user_message", text=msg.text, stop=msg.stop)
+        s.inbox.put_nowait((msg.text, msg.stop))
+        return summary(s)
+
+    async def post_tool_result(self, sid: str, res: ToolResult) -> dict[str, Any]:
+        from ..protocol.types import Observation
+
+        self._live(sid).deliver_tool_result(res.call_id, Observation(res.content, error=res.error))
+        return summary(self.sessions[sid])
+
+    async def events(self, sid: str, after: int = 0, wait_s: float = 15.0) -> dict[str, Any]:
+        s = self._get(sid)
+        if after < 0:
+            raise BadRequest(f"after must be >= 0, got {after}")
+        events = await s.wait_events(after, wait_s)
+        done = s.status in FINISHED and not s.unpublished and after + len(events) >= len(s.events)
+        return {"events": events, "status": s.status, "done": done}
+
+    async def cancel(self, sid: str) -> dict[str, Any]:
+        s = self._get(sid)
+        if s.runner is not None and not s.runner.done():
+            s.runner.cancel()
+            try:
+                await s.runner
+            except BaseException:  # noqa: BLE001 - the runner records its own end
+                pass
+        return summary(s)
+
+    async def trajectory(self, sid: str, grade: bool = False) -> dict[str, Any]:
+        s = self._get(sid)
+        if grade and s.reward is None and s.status == "done" and s.domain:
+            s.reward = await asyncio.to_thread(self._grade, s)
+        from ..bench.tau2 import Hardware
+        from .reports import resource_report, usage_by_role
+
+        return {**summary(s), "method": s.request.method or self.cfg.defaults.method,
+                "task_id": s.task.id, "opening": s.task.instruction, "reward": s.reward,
+                "steps": [step_dict(x) for x in s.steps], "usage": usage_by_role(s.ledger),
+                "resources": resource_report(s.ledger, Hardware())}
+
+    def stats(self) -> dict[str, Any]:
+        from .reports import percentiles
+
+        by_status: dict[str, int] = {}
+        for s in self.sessions.values():
+            by_status[s.status] = by_status.get(s.status, 0) + 1
+        overheads = [o for s in self.sessions.values() for o in s.overheads]
+        batches = {name: _merged(b.sizes for b in group) for name, group in self.engines.batchers().items()}
+        return {"sessions": by_status, "committed_steps": sum(len(s.steps) for s in self.sessions.values()),
+                "overhead_s": percentiles(overheads), "batch_sizes": batches, "queued": self.engines.queued(),
+                "log_flushes": self.log.flushes, "resumed": self.resumed,
+                "fallbacks": sum(1 for s in self.sessions.values() for e in s.events if e["t"] == "verifier_fallback"),
+                "redrafts": sum(1 for s in self.sessions.values() for e in s.events if e["t"] == "redraft")}
+
+    # -- checks -----------------------------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        c = self.cfg.coordinator
+        running = sum(1 for s in self.sessions.values() if s.status not in FINISHED)
+        if running >= c.max_sessions:
+            raise Overloaded(f"{running} sessions running, the limit is {c.max_sessions}", c.retry_after_s)
+        if self.engines.queued() >= c.queue_limit:
+            raise Overloaded(f"{self.engines.queued()} engine requests queued, the limit is {c.queue_limit}",
+                             c.retry_after_s)
+
+    def _get(self, sid: str) -> Session:
+        s = self.sessions.get(sid)
+        if s is None:
+            raise NotFound(f"no session {sid!r}")
+        return s
+
+    def _live(self, sid: str) -> Session:
+        s = self._get(sid)
+        if s.status in FINISHED:
+            raise Conflict(f"session {sid} is {s.status}; it takes no more input")
+        return s
+
+    def _source(self, req: CreateSession):
+        source = self.cfg.tool_sources.get(req.tool_source)
+        if source is None:
+            raise BadRequest(f"unknown tool source {req.tool_source!r}; this server offers: "
+                             f"{', '.join(sorted(self.cfg.tool_sources))}")
+        sim = isinstance(self.cfg.engines, SimEngines)
+        if req.client_tools and not isinstance(source, ClientSource):
+            raise BadRequest(f"client_tools need a client tool source; {req.tool_source!r} is {source.kind}")
+        if not isinstance(source, Tau2Source):
+            if sim:
+                raise BadRequest("simulated engines replay tau2 gold actions: pick a tau2 tool source")
+            if req.user != "client" or not req.message:
+                raise BadRequest(f"a {source.kind} session needs user 'client' and an opening message")
+        if req.user == "simulated" and not sim:
+            raise BadRequest("user 'simulated' (the scripted tau2 customer) needs simulated engines; use 'tau2'")
+        if req.user == "tau2" and sim:
+            raise BadRequest("user 'tau2' (tau2's LLM user simulator) needs model engines; use 'simulated'")
+        if req.user == "client" and not req.message:
+            raise BadRequest("a client-user session needs an opening message")
+        return source
+
+    async def _task(self, req: CreateSession, source) -> Task:
+        if not isinstance(source, Tau2Source):
+            return Task("adhoc", req.message or "")
+        domain = await self._domain(source.domain)
+        if req.task_id is None or req.task_id not in domain.tasks:
+            raise BadRequest(f"task_id {req.task_id!r} is not a {source.domain} task "
+                             f"({len(domain.tasks)} tasks, e.g. {', '.join(list(domain.tasks)[:3])})")
+        tau2_task = domain.tasks[req.task_id]
+        if req.user == "simulated":
+            from ..bench.simulation import first_user_message
+
+            return Task(req.task_id, first_user_message(tau2_task), tau2_task)
+        return Task(req.task_id, req.message or "", tau2_task)  # a tau2 user speaks first in the runner
+
+    @staticmethod
+    async def _domain(name: str):
+        from ..tools.tau2 import Tau2Domain
+
+        return await asyncio.to_thread(Tau2Domain.load, name)
+
+    async def _catalog(self, req: CreateSession, source) -> Catalog:
+        if isinstance(source, ClientSource):
+            from ..tools.mcp import effect_of
+
+            return Catalog({t.name: t.parameters for t in req.client_tools},
+                           {t.name: effect_of(t.name, t.read_only, source.trusted, source.overrides)
+                            for t in req.client_tools})
+        cached = self._catalogs.get(req.tool_source)
+        if cached is None:
+            if isinstance(source, Tau2Source):
+                d = await self._domain(source.domain)
+                cached = Catalog(d.tool_schemas, {n: d.effect(n) for n in d.tool_schemas}, d.policy)
+            else:
+                assert isinstance(source, McpSource)
+                try:
+                    tools = await self.tool_host.describe(req.tool_source)
+                except Exception as exc:  # noqa: BLE001 - the server is configured but down
+                    raise Conflict(f"tool source {req.tool_source!r} is unavailable: {exc}") from None
+                cached = Catalog({n: t["parameters"] for n, t in tools.items()},
+                                 {n: Effect(t["effect"]) for n, t in tools.items()})
+            self._catalogs[req.tool_source] = cached
+        return cached
+
+    # -- sessions -----------------------------------------------------------------------------------------
+
+    def _session(self, sid: str, req: CreateSession, task: Task) -> Session:
+        source = self.cfg.tool_sources[req.tool_source]
+        domain = source.domain if isinstance(source, Tau2Source) else ""
+        s = Session(sid, req, task, self._append, self.clock, domain=domain)
+        self.sessions[sid] = s
+        return s
+
+    def _parts(self, s: Session, catalog: Catalog) -> Parts:
+        weak, strong, verifier = self.engines.models(s, catalog)
+        source = self.cfg.tool_sources[s.request.tool_source]
+        if isinstance(source, ClientSource):
+            async def run(call: ToolCall, key: str | None):
+                return await s.client_call(call, key or f"{s.id}:r{len(s.events) + len(s.unpublished)}")
+        else:
+            async def run(call: ToolCall, key: str | None):
+                return await self.tool_host.execute(s.request.tool_source, s.id, call, key)
+        tools = SessionTools(s, catalog, run, self.log.durable)
+        return Parts(weak, strong, verifier, tools, self._user(s), s.ledger, clock=self.clock, journal=s)
+
+    def _user(self, s: Session) -> Any:
+        if s.request.user == "client":
+            return ClientUser(s)
+        if s.request.user == "simulated":
+            from ..bench.simulation import GoldUser
+
+            return TimedUser(s, GoldUser())
+        from ..bench.live import Endpoint, Tau2User
+
+        e = self.cfg.engines
+        who = e.user or e.verifier  # type: ignore[union-attr]
+        key = self.env.get(who.api_key_env, "EMPTY") if who.api_key_env else "EMPTY"
+        user = Tau2User(s.task.context, Endpoint(who.url, who.model, key), e.user_max_tokens)  # type: ignore[union-attr]
+        return TimedUser(s, user)
+
+    async def _run(self, s: Session, catalog: Catalog) -> None:
+        try:
+            parts = self._parts(s, catalog)
+            if s.request.user == "tau2" and not s.task.instruction:
+                with s.outside():
+                    opening = await parts.user.user.reply(GREETING)  # type: ignore[attr-defined]
+                s.task = Task(s.task.id, opening.content, s.task.context)
+                s.record("opening", text=opening.content)
+            await self._finish_intents(s, parts.tools)  # type: ignore[arg-type]
+            spec = SpecConfig(k=s.request.k or self.cfg.defaults.k,
+                              max_steps=s.request.max_steps or self.cfg.defaults.max_steps,
+                              review_messages=s.request.review_messages)
+            start = History(s.task, tuple(s.steps)) if s.steps else None
+            method = METHODS[s.request.method or self.cfg.defaults.method]
+            trajectory = await method(s.task, parts, spec, start)
+            s.status, s.termination = "done", trajectory.termination.value
+        except asyncio.CancelledError:
+            s.status, s.termination = "cancelled", "cancelled"
+        except EngineUnavailable as exc:
+            s.status, s.error = "failed", f"engine unavailable: {exc}"
+        except Exception as exc:  # noqa: BLE001 - one session fails, the coordinator serves on
+            log.exception("session %s failed", s.id)
+            s.status, s.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
+        s.record("final", status=s.status, termination=s.termination, error=s.error)
+
+    async def _finish_intents(self, s: Session, tools: SessionTools) -> None:
+        """Writes whose intent was logged but whose step was not committed before a restart: run them
+        under their own key (the tool host answers a spent key with its first result) and commit."""
+        for intent in s.unresolved_intents():
+            call = ToolCall(intent["call"]["name"], intent["call"]["arguments"])
+            key = intent["key"]
+            obs = s.results.get(key) or await tools.run_keyed(call, key)
+            action = Action(ActionKind.TOOL, call)
+            s._key_of[action.key()] = key
+            s.committed([Step(action, obs, intent["author"], Effect.WRITE)])
+
+    async def _restore(self, sid: str, records: list[dict[str, Any]]) -> None:
+        created = records[0]
+        if created.get("t") != "created":
+            raise ValueError(f"session {sid}: log does not start with 'created'")
+        req = CreateSession.model_validate(created["request"])
+        source = self.cfg.tool_sources.get(req.tool_source)
+        if source is None:
+            raise ValueError(f"session {sid}: tool source {req.tool_source!r} is no longer configured")
+        task = await self._task(req, source)
+        s = self._session(sid, req, Task(task.id, created.get("opening") or "", task.context))
+        posted: list[tuple[str, bool]] = []
+        for r in records:
+            s.events.append({"seq": len(s.events), **r})
+            kind = r["t"]
+            if kind == "commit":
+                s.steps.extend(step_from(x) for x in r["steps"])
+                s.committed_keys.update(k for k in r["keys"] if k)
+                s.ledger.calls.extend(call_from(c) for c in r["calls"])
+            elif kind == "intent":
+                s.intents[r["key"]] = r
+            elif kind == "result":
+                s.results[r["key"]] = observation_from(r["observation"])
+            elif kind == "opening":
+                s.task = Task(s.task.id, r["text"], s.task.context)
+            elif kind == "user_message":
+                posted.append((r["text"], r["stop"]))
+            elif kind == "final":
+                s.status, s.termination, s.error = r["status"], r["termination"], r["error"]
+        s._calls_logged = len(s.ledger.calls)
+        if s.status in FINISHED:
+            return
+        answered = sum(1 for x in s.steps if x.action.kind is ActionKind.MESSAGE) if req.user == "client" else 0
+        for message in posted[answered:]:
+            s.inbox.put_nowait(message)
+        s.record("resumed", committed_steps=len(s.steps))
+        self.resumed += 1
+        s.runner = asyncio.get_running_loop().create_task(self._run(s, await self._catalog(req, source)))
+
+    def _grade(self, s: Session) -> float:
+        from ..tools.tau2 import Grader, Tau2Domain
+
+        grader = Grader(Tau2Domain.load(s.domain))
+        trajectory = Trajectory(History(s.task, tuple(s.steps)), Termination(s.termination))
+        return grader.reward(s.task.id, trajectory, s.task.instruction)
+
+
+def _merged(counters) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for c in counters:
+        for size, n in c.items():
+            out[size] = out.get(size, 0) + n
+    return dict(sorted(out.items()))

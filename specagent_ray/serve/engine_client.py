@@ -1,0 +1,153 @@
+"""How the coordinator reaches the engines, and where verify requests are batched.
+
+Both engine kinds give each session a weak policy, a strong policy and a verifier that are the
+protocol's own interfaces:
+- ``SimEngineClient``: simulated engine replicas (Serve deployments) answer whole batches per call;
+  drafts, strong steps and verifies are each batched, per lane.
+- ``OpenAIEngineClient``: Ray Serve LLM (or any OpenAI-compatible endpoint). Verify requests gathered
+  in one window are sent together, so vLLM schedules their prefills in the same engine steps.
+
+A session keeps its lane (hash of its id) for life, and every call carries ``x-session-id`` (HTTP) or
+``session_id`` (Serve handle) so Ray's consistent-hash router keeps it on one replica: its prefix stays
+in that replica's cache. Verify requests go before drafts (priority 0): a session waiting on a staged
+write is the one a user is waiting for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from typing import Any, Awaitable, Callable, Sequence
+
+from ..models.backend import ChatBackend
+from ..models.llm import LLMPolicy, LLMVerifier
+from ..models.prompts import PromptConfig
+from ..protocol.interfaces import EngineUnavailable, MalformedOutput
+from ..protocol.types import History, Proposal, Review, Step
+from ..telemetry.tracing import traceparent_headers
+from .batcher import Batcher
+from .config import CoordinatorConfig, OpenAIEngines, SimEngines
+from .session import Catalog, Session
+from .sim_engine import SimRequest
+
+VERIFY, DRAFT = 0, 1  # batch priorities: lower leaves first
+
+
+def lane_of(session_id: str, lanes: int) -> int:
+    return zlib.crc32(session_id.encode()) % lanes
+
+
+async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Awaitable[Any]]) -> Any:
+    """``call`` up to n times; malformed output is an answer and is not retried here. What still fails
+    becomes ``EngineUnavailable`` naming the engine and the last error."""
+    last: BaseException | None = None
+    for _ in range(n):
+        try:
+            return await asyncio.wait_for(call(), timeout_s)
+        except MalformedOutput:
+            raise
+        except asyncio.TimeoutError:
+            last = TimeoutError(f"no answer in {timeout_s:g}s")
+        except Exception as exc:  # noqa: BLE001 - replica death, HTTP errors: infrastructure
+            last = exc
+    raise EngineUnavailable(f"{what} failed {n}x: {type(last).__name__}: {str(last).splitlines()[0][:300] if str(last) else ''}")
+
+
+class _Remote:
+    """A policy or verifier of one session whose calls go through ``attempts`` and count as time
+    outside the coordinator."""
+
+    def __init__(self, session: Session, what: str, tries: int, timeout_s: float,
+                 propose: Callable[..., Awaitable[Proposal]] | None = None,
+                 verify: Callable[..., Awaitable[Review]] | None = None):
+        self.session, self.what, self.tries, self.timeout_s = session, what, tries, timeout_s
+        self._propose, self._verify = propose, verify
+
+    async def propose(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> Proposal:
+        assert self._propose is not None
+        with self.session.outside():
+            return await attempts(self.what, self.tries, self.timeout_s,
+                                  lambda: self._propose(history, draft, feedback))
+
+    async def verify(self, history: History, block: Sequence[Step]) -> Review:
+        assert self._verify is not None
+        with self.session.outside():
+            return await attempts(self.what, self.tries, self.timeout_s, lambda: self._verify(history, block))
+
+
+class SimEngineClient:
+    def __init__(self, drafter: Any, verifier: Any, engines: SimEngines, coord: CoordinatorConfig):
+        self.coord = coord
+        w, m = coord.batch_window_ms / 1000, coord.max_batch
+        self.lanes = engines.verifier_replicas
+        self.draft_lanes = engines.drafter_replicas
+        self.drafts = [Batcher(self._submit(drafter, "propose_batch", i), w, m) for i in range(self.draft_lanes)]
+        self.steps = [Batcher(self._submit(verifier, "propose_batch", i), w, m) for i in range(self.lanes)]
+        self.verifies = [Batcher(self._submit(verifier, "verify_batch", i), w, m) for i in range(self.lanes)]
+
+    @staticmethod
+    def _submit(handle: Any, method: str, lane: int) -> Callable[[Sequence[SimRequest]], Awaitable[list]]:
+        call = getattr(handle.routed(f"lane-{lane}"), method)
+
+        async def submit(requests: Sequence[SimRequest]) -> list:
+            return await call(list(requests))
+        return submit
+
+    def queued(self) -> int:
+        return sum(len(b) for b in (*self.drafts, *self.steps, *self.verifies))
+
+    def batchers(self) -> dict[str, list[Batcher]]:
+        return {"draft": self.drafts, "strong": self.steps, "verify": self.verifies}
+
+    def models(self, session: Session, catalog: Catalog) -> tuple[Any, Any, Any]:
+        r = session.request
+        dl, vl = lane_of(session.id, self.draft_lanes), lane_of(session.id, self.lanes)
+
+        def req(history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> SimRequest:
+            return SimRequest(session.id, session.domain, session.task.id, r.trial, history.steps, tuple(draft), feedback)
+
+        c = self.coord
+        weak = _Remote(session, "drafter", 1, c.verify_timeout_s,
+                       propose=lambda h, d, f: self.drafts[dl](req(h, d, f), DRAFT))
+        strong = _Remote(session, "strong engine", c.verify_attempts, c.verify_timeout_s,
+                         propose=lambda h, d, f: self.steps[vl](req(h, d, f), VERIFY))
+        verifier = _Remote(session, "verifier", c.verify_attempts, c.verify_timeout_s,
+                           verify=lambda h, b: self.verifies[vl](req(h, b), VERIFY))
+        return weak, strong, verifier
+
+
+class OpenAIEngineClient:
+    def __init__(self, engines: OpenAIEngines, coord: CoordinatorConfig, env: dict[str, str]):
+        self.cfg, self.coord = engines, coord
+
+        def backend(e) -> ChatBackend:
+            key = env.get(e.api_key_env, "") if e.api_key_env else "EMPTY"
+            return ChatBackend(e.url, key or "EMPTY", model=e.model, timeout_s=engines.timeout_s,
+                               max_retries=engines.max_retries, strict=engines.strict_schema)
+
+        self.drafter, self.verifier = backend(engines.drafter), backend(engines.verifier)
+        self.verify_batch = Batcher(self._together, coord.batch_window_ms / 1000, coord.max_batch)
+
+    @staticmethod
+    async def _together(items: Sequence[tuple[LLMVerifier, History, Sequence[Step]]]) -> list:
+        return await asyncio.gather(*(v.verify(h, b) for v, h, b in items), return_exceptions=True)
+
+    def queued(self) -> int:
+        return len(self.verify_batch)
+
+    def batchers(self) -> dict[str, list[Batcher]]:
+        return {"verify": [self.verify_batch]}
+
+    def models(self, session: Session, catalog: Catalog) -> tuple[Any, Any, Any]:
+        prompt = PromptConfig(policy=catalog.policy)
+        headers = lambda: {**traceparent_headers(), "x-session-id": session.id}  # noqa: E731
+        kw = {"max_tokens": self.cfg.max_tokens, "temperature": 0.0, "headers": headers}
+        weak_llm = LLMPolicy(self.drafter, prompt, catalog.schemas, **kw)
+        strong_llm = LLMPolicy(self.verifier, prompt, catalog.schemas, **kw)
+        verifier_llm = LLMVerifier(self.verifier, prompt, catalog.schemas, **kw)
+        c = self.coord
+        weak = _Remote(session, "drafter", 1, c.verify_timeout_s, propose=weak_llm.propose)
+        strong = _Remote(session, "strong engine", c.verify_attempts, c.verify_timeout_s, propose=strong_llm.propose)
+        verifier = _Remote(session, "verifier", c.verify_attempts, c.verify_timeout_s,
+                           verify=lambda h, b: self.verify_batch((verifier_llm, h, b), VERIFY))
+        return weak, strong, verifier

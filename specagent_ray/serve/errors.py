@@ -1,0 +1,33 @@
+"""Errors the HTTP API turns into 4xx answers. Each carries its status and a one-line message."""
+
+from __future__ import annotations
+
+
+class ApiError(Exception):
+    status = 400
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(ApiError):
+    status = 400
+
+
+class NotFound(ApiError):
+    status = 404
+
+
+class Conflict(ApiError):
+    status = 409
+
+
+class Overloaded(ApiError):
+    """Admission control said no; the client should retry after ``retry_after_s``."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

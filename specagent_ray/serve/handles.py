@@ -1,0 +1,40 @@
+"""One calling convention for deployments, whether they run in Serve or in this process.
+
+``await h.method(*args)`` calls the method; ``h.routed(session_id)`` pins calls to the replica Ray's
+consistent-hash router picks for that id (a no-op in process). Tests and the coordinator's unit tier use
+``Local``; the served app uses ``Served`` over a ``DeploymentHandle``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+
+class Served:
+    def __init__(self, handle: Any):
+        self._handle = handle
+
+    def routed(self, session_id: str) -> "Served":
+        return Served(self._handle.options(session_id=session_id))
+
+    def __getattr__(self, name: str):
+        method = getattr(self._handle, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await method.remote(*args, **kwargs)
+        return call
+
+
+class Local:
+    def __init__(self, obj: Any):
+        self._obj = obj
+
+    def routed(self, session_id: str) -> "Local":
+        return self
+
+    def __getattr__(self, name: str):
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            result = getattr(self._obj, name)(*args, **kwargs)  # looked up per call, like a live replica
+            return await result if inspect.isawaitable(result) else result
+        return call

@@ -1,0 +1,260 @@
+"""One served session: its state, its journal (durable log + event stream), and the adapters that
+connect the protocol's tools and user to the tool host or the client.
+
+Every record a session writes goes to the session log first; it becomes a public event (SSE) only
+once the log holds it, so a client never sees a commit that a restarted coordinator would not know.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Iterator, Sequence
+
+from ..costs.ledger import Ledger
+from ..protocol.interfaces import CallRecord
+from ..protocol.types import Action, ActionKind, Effect, Event, Observation, Step, Task, ToolCall, Usage
+from ..tools.schema import SchemaValidator
+from .api import CreateSession
+from .errors import NotFound
+from .wire import event_dict, observation_dict, step_dict
+
+Status = str  # running | waiting_user | waiting_tool | done | failed | cancelled
+FINISHED = ("done", "failed", "cancelled")
+
+
+@dataclass
+class Catalog:
+    """A session's tools: schemas for ``valid()``, effects for ``classify`` (unknown tools are WRITE),
+    and the policy text the prompts carry."""
+
+    schemas: dict[str, dict[str, Any]]
+    effects: dict[str, Effect]
+    policy: str = ""
+
+    def __post_init__(self) -> None:
+        self.validator = SchemaValidator(self.schemas)
+
+    def effect(self, name: str) -> Effect:
+        return self.effects.get(name, Effect.WRITE)
+
+
+@dataclass(eq=False)  # identity: a session is a live object, hashed by id()
+class Session:
+    """State of one session. Guarantees: records reach ``log`` in the order they happen; each staged
+    write gets an intent record with a fresh idempotency key before it runs; every commit is recorded
+    with the steps, their write keys and the model calls since the previous commit."""
+
+    id: str
+    request: CreateSession
+    task: Task
+    log: Callable[[str, dict[str, Any]], None]  # (session id, record) -> appended to the session log
+    clock: Callable[[], float] = time.perf_counter
+    domain: str = ""  # the tau2 domain, for tau2 sources
+    status: Status = "running"
+    steps: list[Step] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)  # published (durable) records
+    unpublished: list[dict[str, Any]] = field(default_factory=list)
+    ledger: Ledger = field(default_factory=Ledger)
+    intents: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> intent record
+    results: dict[str, Observation] = field(default_factory=dict)
+    committed_keys: set[str] = field(default_factory=set)
+    inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+    pending_calls: dict[str, asyncio.Future] = field(default_factory=dict)
+    termination: str | None = None
+    error: str | None = None
+    reward: float | None = None
+    runner: asyncio.Task | None = None
+    overheads: list[float] = field(default_factory=list)  # coordinator time per committed step, s
+    _calls_logged: int = 0
+    _last_staged: str | None = None
+    _key_of: dict[str, str] = field(default_factory=dict)  # action key -> idempotency key (uncommitted)
+    _outside: float = 0.0
+    _outside_mark: float = 0.0
+    _mark: float = 0.0
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self._mark = self.clock()
+
+    # -- records and events -----------------------------------------------------------------------
+
+    def record(self, kind: str, **data: Any) -> None:
+        rec = {"t": kind, **data}
+        self.log(self.id, rec)
+        self.unpublished.append(rec)
+
+    def publish(self, records: Sequence[dict[str, Any]]) -> None:
+        """Make durable records visible to event readers."""
+        for rec in records:
+            self.events.append({"seq": len(self.events), **rec})
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_events(self, after: int, wait_s: float) -> list[dict[str, Any]]:
+        if len(self.events) <= after and self.status not in FINISHED:
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), wait_s)
+            except asyncio.TimeoutError:
+                pass
+        return self.events[after:]
+
+    # -- the protocol's Journal -------------------------------------------------------------------
+
+    def event(self, event: Event) -> None:
+        if event.kind == "staged" and event.action is not None:
+            self._last_staged = event.action.key()
+        self.record(event.kind, **{k: v for k, v in event_dict(event).items() if k != "kind"})
+
+    def committed(self, steps: Sequence[Step]) -> None:
+        keys = [self._key_of.pop(s.action.key(), None) if s.effect is Effect.WRITE else None for s in steps]
+        self.steps.extend(steps)
+        self.committed_keys.update(k for k in keys if k)
+        calls = self.ledger.calls[self._calls_logged:]
+        self._calls_logged = len(self.ledger.calls)
+        self.record("commit", steps=[step_dict(s) for s in steps], keys=keys, calls=[call_dict(c) for c in calls])
+        now = self.clock()
+        inside = (now - self._mark) - (self._outside - self._outside_mark)
+        self.overheads.append(max(inside, 0.0) / len(steps))
+        self._mark, self._outside_mark = now, self._outside
+
+    # -- accounting of time spent outside the coordinator ---------------------------------------------
+
+    @contextmanager
+    def outside(self) -> Iterator[None]:
+        """Time spent waiting on engines, tools or people: not coordinator overhead."""
+        start = self.clock()
+        try:
+            yield
+        finally:
+            self._outside += self.clock() - start
+
+    # -- staged writes ----------------------------------------------------------------------------
+
+    def intent(self, call: ToolCall) -> str:
+        """Record the intent to run an approved write and return its idempotency key."""
+        key = f"{self.id}:w{len(self.intents)}"
+        author = "weak" if self._last_staged == Action(ActionKind.TOOL, call).key() else "strong"
+        self.intents[key] = {"key": key, "call": {"name": call.name, "arguments": call.arguments}, "author": author}
+        self._key_of[Action(ActionKind.TOOL, call).key()] = key
+        self.record("intent", **self.intents[key])
+        return key
+
+    def result(self, key: str, observation: Observation) -> None:
+        self.results[key] = observation
+        self.record("result", key=key, observation=observation_dict(observation))
+
+    def unresolved_intents(self) -> list[dict[str, Any]]:
+        return [i for k, i in self.intents.items() if k not in self.committed_keys]
+
+    # -- client-side tools --------------------------------------------------------------------------
+
+    async def client_call(self, call: ToolCall, call_id: str) -> Observation:
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.pending_calls[call_id] = future
+        self.record("tool_call_pending", call_id=call_id, name=call.name, arguments=call.arguments)
+        self.status = "waiting_tool"
+        try:
+            with self.outside():
+                return await future
+        finally:
+            self.pending_calls.pop(call_id, None)
+            if self.status == "waiting_tool":
+                self.status = "running"
+
+    def deliver_tool_result(self, call_id: str, observation: Observation) -> None:
+        future = self.pending_calls.get(call_id)
+        if future is None or future.done():
+            pending = ", ".join(sorted(self.pending_calls)) or "none"
+            raise NotFound(f"session {self.id} has no pending tool call {call_id!r} (pending: {pending})")
+        self.record("tool_result_posted", call_id=call_id, observation=observation_dict(observation))
+        future.set_result(observation)
+
+
+def call_dict(call: CallRecord) -> dict[str, Any]:
+    u = call.usage
+    return {"role": call.role, "purpose": call.purpose, "wall_s": call.wall_s,
+            "usage": [u.prompt_tokens, u.cached_prompt_tokens, u.decode_tokens]}
+
+
+def call_from(data: dict[str, Any]) -> CallRecord:
+    return CallRecord(data["role"], data["purpose"], Usage(*data["usage"]), data["wall_s"])
+
+
+Execute = Callable[[ToolCall, "str | None"], Awaitable[Observation]]
+
+
+class SessionTools:
+    """The protocol's ``ToolAdapter`` for one session. Writes get an intent (made durable before they
+    run) and an idempotency key; every observation is recorded as a ``tool_result`` event."""
+
+    def __init__(self, session: Session, catalog: Catalog, run: Execute, durable: Callable[[], Awaitable[None]]):
+        self.session = session
+        self.catalog = catalog
+        self._run = run
+        self._durable = durable
+
+    def classify(self, call: ToolCall) -> Effect:
+        return self.catalog.effect(call.name)
+
+    def validate(self, call: ToolCall) -> str | None:
+        return self.catalog.validator.check(call)
+
+    async def execute(self, call: ToolCall) -> Observation:
+        if self.classify(call) is Effect.WRITE:
+            key = self.session.intent(call)
+            await self._durable()  # the intent is stored before the write can have any effect
+            obs = await self.run_keyed(call, key)
+        else:
+            with self.session.outside():
+                obs = await self._run(call, None)
+        self.session.record("tool_result", name=call.name, observation=observation_dict(obs))
+        return obs
+
+    async def run_keyed(self, call: ToolCall, key: str) -> Observation:
+        with self.session.outside():
+            obs = await self._run(call, key)
+        self.session.result(key, obs)
+        return obs
+
+
+class ClientUser:
+    """The user is the client: an agent message is published, and the session waits for the reply
+    the client posts. A reply with ``stop`` ends the conversation."""
+
+    def __init__(self, session: Session):
+        self.session = session
+
+    async def reply(self, text: str) -> Observation:
+        s = self.session
+        s.record("agent_message", text=text)
+        s.status = "waiting_user"
+        try:
+            with s.outside():
+                answer, stop = await s.inbox.get()
+        finally:
+            if s.status == "waiting_user":
+                s.status = "running"
+        return Observation(answer, user_stop=stop)
+
+
+class TimedUser:
+    """Any protocol ``User`` whose time counts as outside the coordinator, with the exchange recorded."""
+
+    def __init__(self, session: Session, user: Any):
+        self.session, self.user = session, user
+
+    async def reply(self, text: str) -> Observation:
+        self.session.record("agent_message", text=text)
+        with self.session.outside():
+            obs = await self.user.reply(text)
+        self.session.record("user_message", text=obs.content, stop=obs.user_stop)
+        return obs
+
+
+def summary(s: Session) -> dict[str, Any]:
+    return {"session_id": s.id, "status": s.status, "committed_steps": len(s.steps),
+            "termination": s.termination, "error": s.error, "events": len(s.events)}

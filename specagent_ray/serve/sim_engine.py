@@ -1,0 +1,98 @@
+"""Simulated engines as served replicas (SIMULATED models, real serving path).
+
+``SimEngine`` answers batches the way an engine replica would: a batch costs the latency model's time,
+then each request is answered by the seeded simulated policy or verifier of its session. A replica
+keeps one session's models, prefix caches included, for as long as the session is routed to it (the
+coordinator keeps that affinity), like an engine's KV cache. A restarted replica starts cold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from ..protocol.types import History, Proposal, Review, Step, Task
+from .config import SimEngines
+
+Role = Literal["drafter", "verifier"]
+MAX_SESSIONS = 20_000  # per replica; the least recently used session's models are dropped first
+
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    """One session's call. ``steps`` is H's steps (the task itself never crosses the wire)."""
+
+    session_id: str
+    domain: str
+    task_id: str
+    trial: int
+    steps: tuple[Step, ...]
+    draft: tuple[Step, ...] = ()
+    feedback: str | None = None
+
+
+class SimEngine:
+    """A drafter (weak policy) or verifier (strong policy and verifier) replica. Guarantees one answer
+    per request, in order; an answer is a ``Proposal``/``Review`` or the exception that request raised."""
+
+    def __init__(self, role: Role, engines: SimEngines):
+        from ..bench.simulation import SimSettings
+
+        self.role = role
+        self.latency = engines.latency
+        self.settings = SimSettings(seed=engines.seed)
+        self._sessions: OrderedDict[str, tuple] = OrderedDict()
+        self.served = 0
+
+    def _models(self, r: SimRequest) -> tuple:
+        models = self._sessions.get(r.session_id)
+        if models is None:
+            from ..bench.simulation import simulated_models
+            from ..tools.tau2 import Tau2Domain
+
+            models = simulated_models(Tau2Domain.load(r.domain), r.task_id, r.trial, self.settings)
+            self._sessions[r.session_id] = models
+            while len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        self._sessions.move_to_end(r.session_id)
+        return models
+
+    @staticmethod
+    def _history(r: SimRequest) -> History:
+        return History(Task(r.task_id, ""), r.steps)
+
+    async def propose_batch(self, requests: Sequence[SimRequest]) -> list[Proposal | BaseException]:
+        lat = self.latency
+        base = lat.draft_base_s if self.role == "drafter" else lat.step_base_s
+        await asyncio.sleep(base + lat.draft_per_request_s * len(requests))
+        out: list[Proposal | BaseException] = []
+        for r in requests:
+            weak, strong, _ = self._models(r)
+            policy = weak if self.role == "drafter" else strong
+            out.append(await _answer(policy.propose(self._history(r), r.draft, r.feedback)))
+        self.served += len(requests)
+        return out
+
+    async def verify_batch(self, requests: Sequence[SimRequest]) -> list[Review | BaseException]:
+        if self.role != "verifier":
+            raise ValueError("verify_batch is served by verifier replicas only")
+        lat = self.latency
+        await asyncio.sleep(lat.verify_base_s + lat.verify_per_request_s * len(requests))
+        out: list[Review | BaseException] = []
+        for r in requests:
+            _, _, verifier = self._models(r)
+            out.append(await _answer(verifier.verify(self._history(r), r.draft)))
+        self.served += len(requests)
+        return out
+
+    def ping(self) -> int:
+        return self.served
+
+
+async def _answer(call) -> object:
+    try:
+        return await call
+    except Exception as exc:  # noqa: BLE001 - one request's failure is that request's answer
+        return exc

@@ -1,0 +1,219 @@
+"""The coordinator in one process: simulated engine replicas and the tool host as local objects,
+the real session log on a local folder, real tau2 environments. Ray is exercised in tests/integration."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from specagent_ray.serve.api import ClientTool, CreateSession, ToolResult, UserMessage
+from specagent_ray.serve.config import AppConfig, ClientSource, CoordinatorConfig, LatencyModel, SimEngines
+from specagent_ray.serve.coordinator import Coordinator
+from specagent_ray.serve.engine_client import SimEngineClient
+from specagent_ray.serve.errors import BadRequest, Conflict, NotFound, Overloaded
+from specagent_ray.serve.handles import Local
+from specagent_ray.serve.sim_engine import SimEngine
+from specagent_ray.serve.tool_host import ToolHost
+from specagent_ray.storage.local import LocalStore
+
+FAST = LatencyModel(draft_base_s=0.001, draft_per_request_s=0, verify_base_s=0.002, verify_per_request_s=0,
+                    step_base_s=0.001)
+
+
+def config(**coord) -> AppConfig:
+    return AppConfig(engines=SimEngines(latency=FAST), coordinator=CoordinatorConfig(**coord),
+                     tool_sources={"airline": {"kind": "tau2", "domain": "airline"}, "app": ClientSource()})
+
+
+class Cluster:
+    """The deployments of one app, in process; ``restart()`` replaces only the coordinator."""
+
+    def __init__(self, tmp_path, cfg: AppConfig):
+        self.cfg, self.store = cfg, LocalStore(tmp_path / "log")
+        self.drafter = SimEngine("drafter", cfg.engines)
+        self.verifier = SimEngine("verifier", cfg.engines)
+        self.tools = ToolHost(cfg.tool_sources)
+        self.coordinator = self._new()
+
+    def _new(self) -> Coordinator:
+        engines = SimEngineClient(Local(self.drafter), Local(self.verifier), self.cfg.engines, self.cfg.coordinator)
+        return Coordinator(self.cfg, engines, Local(self.tools), self.store)
+
+    async def crash_and_restart(self) -> Coordinator:
+        old = self.coordinator
+        old._flusher.cancel()  # nothing more reaches the log: what is not durable is lost, as in a crash
+        for s in old.sessions.values():
+            if s.runner is not None:
+                s.runner.cancel()
+        await asyncio.sleep(0.01)
+        self.coordinator = self._new()
+        await self.coordinator.start()
+        return self.coordinator
+
+
+async def finish(coord: Coordinator, sids, timeout=60):
+    async def one(sid):
+        after = 0
+        while True:
+            out = await coord.events(sid, after, wait_s=1)
+            after += len(out["events"])
+            if out["done"]:
+                return out
+    return await asyncio.wait_for(asyncio.gather(*(one(s) for s in sids)), timeout)
+
+
+def sim(task_id="0", **kw) -> CreateSession:
+    return CreateSession(tool_source="airline", task_id=task_id, user="simulated", **kw)
+
+
+async def test_sessions_run_to_completion_with_batched_verifies_and_a_durable_log(tmp_path):
+    cluster = Cluster(tmp_path, config(batch_window_ms=20))
+    coord = cluster.coordinator
+    await coord.start()
+    sids = [(await coord.create(sim(str(i % 10), trial=i)))["session_id"] for i in range(30)]
+    await finish(coord, sids)
+    stats = coord.stats()
+    assert stats["sessions"] == {"done": 30}
+    sizes = stats["batch_sizes"]["verify"]
+    assert max(sizes) > 1, sizes  # verify requests of different sessions shared a batch
+    assert 0 < stats["overhead_s"]["n"] <= stats["committed_steps"]  # one sample per commit
+    traj = await coord.trajectory(sids[0], grade=True)
+    assert traj["reward"] in (0.0, 1.0) and traj["steps"] and traj["usage"]["strong"]["calls"] >= 1
+    assert traj["resources"]["flops_source"] == "estimated"
+    replayed = coord.log.replay()
+    assert set(replayed) == set(sids)
+    assert all(records[-1]["t"] == "final" for records in replayed.values())
+
+
+async def test_events_stream_in_order_and_end_with_final(tmp_path):
+    cluster = Cluster(tmp_path, config())
+    coord = cluster.coordinator
+    await coord.start()
+    sid = (await coord.create(sim("1")))["session_id"]
+    out = (await finish(coord, [sid]))[0]
+    events = (await coord.events(sid, 0, 0))["events"]
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    kinds = [e["t"] for e in events]
+    assert kinds[0] == "created" and kinds[-1] == "final" and "commit" in kinds and "tool_result" in kinds
+    assert out["status"] == "done"
+
+
+async def test_a_crashed_coordinator_resumes_every_session_and_runs_no_write_twice(tmp_path):
+    cluster = Cluster(tmp_path, config())
+    coord = cluster.coordinator
+    await coord.start()
+    sids = [(await coord.create(sim(str(i), trial=i)))["session_id"] for i in range(12)]
+    await asyncio.sleep(0.15)  # mid-run
+    before = {sid: len(coord.sessions[sid].steps) for sid in sids}
+    durable = {sid: sum(len(e["steps"]) for e in coord.sessions[sid].events if e["t"] == "commit") for sid in sids}
+    coord = await cluster.crash_and_restart()
+    assert coord.resumed > 0
+    await finish(coord, sids)
+    assert all(coord.sessions[s].status == "done" for s in sids)
+    for sid in sids:  # every commit a client could have seen survived, in order
+        assert len(coord.sessions[sid].steps) >= durable[sid]
+        assert before[sid] >= durable[sid]
+    assert cluster.tools.write_executions and max(cluster.tools.write_executions.values()) == 1
+
+
+async def test_lost_drafter_mid_run_redrafts_and_sessions_complete(tmp_path):
+    cluster = Cluster(tmp_path, config())
+    calls = {"n": 0}
+    real = cluster.drafter.propose_batch
+
+    async def flaky(requests):
+        calls["n"] += 1
+        if calls["n"] in (3, 4, 5):
+            raise ConnectionError("drafter replica died")
+        return await real(requests)
+
+    cluster.drafter.propose_batch = flaky
+    coord = cluster.coordinator
+    await coord.start()
+    sids = [(await coord.create(sim(str(i))))["session_id"] for i in range(4)]
+    await finish(coord, sids)
+    assert coord.stats()["sessions"] == {"done": 4}
+    assert coord.stats()["redrafts"] >= 1
+
+
+async def test_a_failing_verifier_is_retried_then_falls_back_to_a_strong_step(tmp_path):
+    cluster = Cluster(tmp_path, config(verify_attempts=2))
+
+    async def down(requests):
+        raise TimeoutError("verifier down")
+
+    cluster.verifier.verify_batch = down
+    coord = cluster.coordinator
+    fallbacks = []
+    coord.on_fallback = fallbacks.append
+    await coord.start()
+    sid = (await coord.create(sim("0", method="specagent")))["session_id"]
+    await finish(coord, [sid])
+    s = coord.sessions[sid]
+    assert s.status == "done" and fallbacks
+    assert all(st.author == "strong" for st in s.steps if st.effect.value == "write" and st.action.kind.value == "tool")
+
+
+async def test_admission_control_answers_429_past_the_session_limit(tmp_path):
+    cluster = Cluster(tmp_path, config(max_sessions=2, retry_after_s=3))
+    coord = cluster.coordinator
+    await coord.start()
+    for i in range(2):
+        await coord.create(sim(str(i)))
+    with pytest.raises(Overloaded) as err:
+        await coord.create(sim("3"))
+    assert err.value.retry_after_s == 3 and "limit is 2" in err.value.message
+
+
+@pytest.mark.parametrize("req, error, text", [
+    (dict(tool_source="nope", task_id="0", user="simulated"), BadRequest, "unknown tool source 'nope'"),
+    (dict(tool_source="airline", task_id="999", user="simulated"), BadRequest, "not a airline task"),
+    (dict(tool_source="airline", task_id="0", user="tau2"), BadRequest, "needs model engines"),
+    (dict(tool_source="airline", task_id="0", user="client"), BadRequest, "opening message"),
+    (dict(tool_source="app", message="hi", user="client"), BadRequest, "tau2 tool source"),
+])
+async def test_bad_sessions_are_refused_with_a_reason(tmp_path, req, error, text):
+    coord = Cluster(tmp_path, config()).coordinator
+    with pytest.raises(error, match=text):
+        await coord.create(CreateSession(**req))
+
+
+async def test_client_user_and_unknown_ids(tmp_path):
+    coord = Cluster(tmp_path, config()).coordinator
+    await coord.start()
+    sid = (await coord.create(CreateSession(tool_source="airline", task_id="0", message="Hi, I need help")))["session_id"]
+    with pytest.raises(NotFound, match="no pending tool call 'x'"):
+        await coord.post_tool_result(sid, ToolResult(call_id="x", content="1"))
+    with pytest.raises(NotFound):
+        await coord.events("missing")
+    with pytest.raises(BadRequest):
+        await coord.events(sid, -1)
+    sims = (await coord.create(sim("0")))["session_id"]
+    with pytest.raises(Conflict, match="only client-user sessions take messages"):
+        await coord.post_message(sims, UserMessage(text="hello"))
+    for _ in range(40):  # the agent talks to the client; the client answers until the agent stops
+        out = await coord.events(sid, 0, 0.2)
+        if out["done"]:
+            break
+        if coord.sessions[sid].status == "waiting_user":
+            await coord.post_message(sid, UserMessage(text="yes please", stop=False))
+    await coord.cancel(sid)
+    assert coord.sessions[sid].status in ("done", "cancelled")
+    with pytest.raises(Conflict):
+        await coord.post_message(sid, UserMessage(text="late"))
+
+
+@pytest.mark.parametrize("trusted, overrides, effects", [
+    (False, {}, {"peek": "write", "poke": "write"}),  # hints of an untrusted client are ignored
+    (True, {}, {"peek": "read", "poke": "write"}),
+    (True, {"peek": "write", "poke": "read"}, {"peek": "write", "poke": "read"}),  # overrides win
+])
+async def test_client_tools_follow_the_trust_rules(tmp_path, trusted, overrides, effects):
+    cfg = config().model_copy(update={"tool_sources": {"app": ClientSource(trusted=trusted, overrides=overrides)}})
+    coord = Cluster(tmp_path, cfg).coordinator
+    tools = [ClientTool(name="peek", read_only=True), ClientTool(name="poke")]
+    req = CreateSession(tool_source="app", message="hi", client_tools=tools)
+    catalog = await coord._catalog(req, coord.cfg.tool_sources["app"])
+    assert {n: e.value for n, e in catalog.effects.items()} == effects
+    assert catalog.effect("never_declared").value == "write"
