@@ -36,6 +36,7 @@ class Batcher(Generic[T, R]):
         self._loop_task: asyncio.Task | None = None
         self._inflight: set[asyncio.Task] = set()
         self.sizes: Counter[int] = Counter()  # batch size -> how many batches had it
+        self.on_batch: Callable[[int], None] = lambda size: None  # e.g. a metrics histogram
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -71,6 +72,7 @@ class Batcher(Generic[T, R]):
                 self._wake.clear()
             if batch:
                 self.sizes[len(batch)] += 1
+                self.on_batch(len(batch))
                 task = asyncio.get_running_loop().create_task(self._run(batch))
                 self._inflight.add(task)
                 task.add_done_callback(self._inflight.discard)

@@ -1,0 +1,163 @@
+"""The Serve application: ``build_app`` is what a Serve config's ``import_path`` points to.
+
+    applications:
+    - name: specagent
+      import_path: specagent_ray.serve.app:build_app
+      args: {engines: {kind: sim}, ...}          # an AppConfig, see config.py
+
+It composes the gateway (ingress), the coordinator (one replica: it owns session state; a restarted
+replica resumes from the session log), the tool host, and, for simulated engines, drafter and verifier
+replicas routed by Ray's consistent-hash router so a session keeps its replica. Model engines
+(``kind: openai``) are Ray Serve LLM's own deployments: profiles put them in a sibling application built
+by ``ray.serve.llm:build_openai_app`` (see deployments/), and the coordinator reaches them over HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from .config import AppConfig, SimEngines
+
+AFFINITY_ROUTER = {"request_router_class": "ray.serve.experimental.consistent_hash_router:ConsistentHashRouter"}
+BUSY = 100_000  # long-polling event streams hold requests open; the coordinator must not queue them
+
+
+@serve.deployment(name="ToolHost", max_ongoing_requests=BUSY)
+class ToolHostDeployment:
+    def __init__(self, cfg: dict[str, Any]):
+        from .tool_host import ToolHost
+
+        self.host = ToolHost(AppConfig.model_validate(cfg).tool_sources)
+
+    async def execute(self, *args: Any) -> Any:
+        return await self.host.execute(*args)
+
+    async def describe(self, source: str) -> Any:
+        return await self.host.describe(source)
+
+    def close_session(self, session_id: str) -> None:
+        self.host.close_session(session_id)
+
+    def stats(self) -> dict[str, Any]:
+        return self.host.stats()
+
+
+@serve.deployment(name="SimEngine", max_ongoing_requests=1000, request_router_config=AFFINITY_ROUTER)
+class SimEngineDeployment:
+    def __init__(self, role: str, engines: dict[str, Any]):
+        from .sim_engine import SimEngine
+
+        self.engine = SimEngine(role, SimEngines.model_validate(engines))  # type: ignore[arg-type]
+
+    async def propose_batch(self, requests: list) -> list:
+        return await self.engine.propose_batch(requests)
+
+    async def verify_batch(self, requests: list) -> list:
+        return await self.engine.verify_batch(requests)
+
+    def ping(self) -> int:
+        return self.engine.ping()
+
+
+@serve.deployment(name="Coordinator", num_replicas=1, max_ongoing_requests=BUSY)
+class CoordinatorDeployment:
+    async def __init__(self, cfg: dict[str, Any], tool_host: DeploymentHandle,
+                     drafter: DeploymentHandle | None = None, verifier: DeploymentHandle | None = None):
+        from ..storage import open_store
+        from .coordinator import Coordinator
+        from .handles import Served
+
+        config = AppConfig.model_validate(cfg)
+        for chatty in ("httpx", "LiteLLM", "openai"):
+            logging.getLogger(chatty).setLevel(logging.WARNING)
+        self.coordinator = Coordinator(config, _engines(config, drafter, verifier), Served(tool_host),
+                                       open_store(config.session_log))
+        self._metrics()
+        await self.coordinator.start()
+
+    def _metrics(self) -> None:
+        from ..telemetry.metrics import ProtocolMetrics
+
+        metrics = ProtocolMetrics()
+        self.coordinator.on_fallback = metrics.count_fallback
+        for group in self.coordinator.engines.batchers().values():
+            for batcher in group:
+                batcher.on_batch = metrics.observe_batch
+
+    async def create(self, body: Any) -> Any:
+        return await self.coordinator.create(body)
+
+    async def post_message(self, sid: str, body: Any) -> Any:
+        return await self.coordinator.post_message(sid, body)
+
+    async def post_tool_result(self, sid: str, body: Any) -> Any:
+        return await self.coordinator.post_tool_result(sid, body)
+
+    async def events(self, sid: str, after: int, wait_s: float) -> Any:
+        return await self.coordinator.events(sid, after, wait_s)
+
+    async def trajectory(self, sid: str, grade: bool) -> Any:
+        return await self.coordinator.trajectory(sid, grade)
+
+    async def cancel(self, sid: str) -> Any:
+        return await self.coordinator.cancel(sid)
+
+    def stats(self) -> dict[str, Any]:
+        return self.coordinator.stats()
+
+
+def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: DeploymentHandle | None) -> Any:
+    from .engine_client import OpenAIEngineClient, SimEngineClient
+    from .handles import Served
+
+    if isinstance(config.engines, SimEngines):
+        assert drafter is not None and verifier is not None
+        return SimEngineClient(Served(drafter), Served(verifier), config.engines, config.coordinator)
+    return OpenAIEngineClient(config.engines, config.coordinator, dict(os.environ))
+
+
+def _gateway_class(cfg: dict[str, Any]):
+    """The ingress class. Its FastAPI app is built at composition time so Serve can serve the routes
+    and the OpenAPI schema; the coordinator handle and the API keys arrive in the replica."""
+    from .gateway import api_keys, make_api
+
+    config = AppConfig.model_validate(cfg)
+    replica: dict[str, Any] = {"keys": frozenset()}
+
+    async def call(method: str, *args: Any) -> Any:
+        return await getattr(replica["coordinator"], method).remote(*args)
+
+    api = make_api(call, config.gateway, lambda: replica["keys"])
+
+    @serve.deployment(name="Gateway", max_ongoing_requests=BUSY)
+    @serve.ingress(api)
+    class Gateway:
+        def __init__(self, coordinator: DeploymentHandle):
+            keys = api_keys(config.gateway, dict(os.environ))
+            if not keys:
+                raise ValueError(f"no API keys: set {config.gateway.api_keys_env} (comma-separated) "
+                                 "or gateway.dev_api_key")
+            replica["coordinator"], replica["keys"] = coordinator, keys
+
+    return Gateway
+
+
+def build_app(args: dict[str, Any]) -> serve.Application:
+    """The application for one ``AppConfig`` dict (validated here: a bad field fails the deploy)."""
+    config = AppConfig.model_validate(args)
+    cfg = config.model_dump(mode="json")
+    tool_host = ToolHostDeployment.options(num_replicas=config.tool_hosts).bind(cfg)
+    drafter = verifier = None
+    if isinstance(config.engines, SimEngines):
+        engines = config.engines.model_dump(mode="json")
+        drafter = SimEngineDeployment.options(name="SimDrafter", num_replicas=config.engines.drafter_replicas) \
+            .bind("drafter", engines)
+        verifier = SimEngineDeployment.options(name="SimVerifier", num_replicas=config.engines.verifier_replicas) \
+            .bind("verifier", engines)
+    coordinator = CoordinatorDeployment.bind(cfg, tool_host, drafter, verifier)
+    return _gateway_class(cfg).bind(coordinator)
