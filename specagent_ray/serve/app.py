@@ -7,7 +7,9 @@
 
 It composes the gateway (ingress), the coordinator (one replica: it owns session state; a restarted
 replica resumes from the session log), the tool host, and, for simulated engines, drafter and verifier
-replicas routed by Ray's consistent-hash router so a session keeps its replica. Model engines
+replicas. Each session's calls go out in its lane's batches with ``session_id=lane-<n>`` set, which a
+session-aware router (Ray's experimental ``ConsistentHashRouter``) would use to pin the lane to one replica;
+see docs/serving.md for why the profiles do not turn it on yet. Model engines
 (``kind: openai``) are Ray Serve LLM's own deployments: profiles put them in a sibling application built
 by ``ray.serve.llm:build_openai_app`` (see deployments/), and the coordinator reaches them over HTTP.
 """
@@ -23,7 +25,6 @@ from ray.serve.handle import DeploymentHandle
 
 from .config import AppConfig, SimEngines
 
-AFFINITY_ROUTER = {"request_router_class": "ray.serve.experimental.consistent_hash_router:ConsistentHashRouter"}
 BUSY = 100_000  # long-polling event streams hold requests open; the coordinator must not queue them
 
 
@@ -47,7 +48,7 @@ class ToolHostDeployment:
         return self.host.stats()
 
 
-@serve.deployment(name="SimEngine", max_ongoing_requests=1000, request_router_config=AFFINITY_ROUTER)
+@serve.deployment(name="SimEngine", max_ongoing_requests=1000)
 class SimEngineDeployment:
     def __init__(self, role: str, engines: dict[str, Any]):
         from .sim_engine import SimEngine
@@ -124,15 +125,10 @@ def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: Depl
 def _gateway_class(cfg: dict[str, Any]):
     """The ingress class. Its FastAPI app is built at composition time so Serve can serve the routes
     and the OpenAPI schema; the coordinator handle and the API keys arrive in the replica."""
-    from .gateway import api_keys, make_api
+    from .gateway import api_keys, make_api, serve_with, served_call, served_keys
 
     config = AppConfig.model_validate(cfg)
-    replica: dict[str, Any] = {"keys": frozenset()}
-
-    async def call(method: str, *args: Any) -> Any:
-        return await getattr(replica["coordinator"], method).remote(*args)
-
-    api = make_api(call, config.gateway, lambda: replica["keys"])
+    api = make_api(served_call, config.gateway, served_keys)
 
     @serve.deployment(name="Gateway", max_ongoing_requests=BUSY)
     @serve.ingress(api)
@@ -142,7 +138,7 @@ def _gateway_class(cfg: dict[str, Any]):
             if not keys:
                 raise ValueError(f"no API keys: set {config.gateway.api_keys_env} (comma-separated) "
                                  "or gateway.dev_api_key")
-            replica["coordinator"], replica["keys"] = coordinator, keys
+            serve_with(coordinator, keys)
 
     return Gateway
 

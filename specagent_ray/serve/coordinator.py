@@ -129,7 +129,7 @@ class Coordinator:
         if after < 0:
             raise BadRequest(f"after must be >= 0, got {after}")
         events = await s.wait_events(after, wait_s)
-        done = s.status in FINISHED and not s.unpublished and after + len(events) >= len(s.events)
+        done = bool(s.events) and s.events[-1]["t"] == "final" and after + len(events) >= len(s.events)
         return {"events": events, "status": s.status, "done": done}
 
     async def cancel(self, sid: str) -> dict[str, Any]:
@@ -163,7 +163,9 @@ class Coordinator:
         overheads = [o for s in self.sessions.values() for o in s.overheads]
         batches = {name: _merged(b.sizes for b in group) for name, group in self.engines.batchers().items()}
         return {"sessions": by_status, "committed_steps": sum(len(s.steps) for s in self.sessions.values()),
-                "overhead_s": percentiles(overheads), "batch_sizes": batches, "queued": self.engines.queued(),
+                "overhead_s": percentiles(overheads),
+                "intent_log_wait_s": percentiles([w for s in self.sessions.values() for w in s.log_waits]),
+                "batch_sizes": batches, "queued": self.engines.queued(),
                 "log_flushes": self.log.flushes, "resumed": self.resumed,
                 "fallbacks": sum(1 for s in self.sessions.values() for e in s.events if e["t"] == "verifier_fallback"),
                 "redrafts": sum(1 for s in self.sessions.values() for e in s.events if e["t"] == "redraft")}

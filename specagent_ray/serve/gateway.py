@@ -43,7 +43,7 @@ class BodyLimit:
         self.app, self.limit = app, limit
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
@@ -177,6 +177,23 @@ class ApiError401(ApiError):
 
     def __init__(self) -> None:
         super().__init__("missing or wrong API key: send 'Authorization: Bearer <key>' or 'X-API-Key'")
+
+
+# The served gateway's replica state. Module-level (pickled by reference), so the routes built at
+# composition time and the replica's constructor see the same object in the replica's process.
+_SERVED: dict[str, Any] = {"keys": frozenset()}
+
+
+def serve_with(coordinator: Any, keys: frozenset[str]) -> None:
+    _SERVED["coordinator"], _SERVED["keys"] = coordinator, keys
+
+
+async def served_call(method: str, *args: Any) -> Any:
+    return await getattr(_SERVED["coordinator"], method).remote(*args)
+
+
+def served_keys() -> frozenset[str]:
+    return _SERVED["keys"]
 
 
 def api_keys(cfg: GatewayConfig, env: dict[str, str]) -> frozenset[str]:

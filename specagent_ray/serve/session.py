@@ -68,6 +68,7 @@ class Session:
     reward: float | None = None
     runner: asyncio.Task | None = None
     overheads: list[float] = field(default_factory=list)  # coordinator time per committed step, s
+    log_waits: list[float] = field(default_factory=list)  # waits for an intent to be durable, s
     _calls_logged: int = 0
     _last_staged: str | None = None
     _key_of: dict[str, str] = field(default_factory=dict)  # action key -> idempotency key (uncommitted)
@@ -94,7 +95,7 @@ class Session:
         self._changed = asyncio.Event()
 
     async def wait_events(self, after: int, wait_s: float) -> list[dict[str, Any]]:
-        if len(self.events) <= after and self.status not in FINISHED:
+        if len(self.events) <= after and not (self.events and self.events[-1]["t"] == "final"):
             changed = self._changed
             try:
                 await asyncio.wait_for(changed.wait(), wait_s)
@@ -131,6 +132,17 @@ class Session:
             yield
         finally:
             self._outside += self.clock() - start
+
+    @contextmanager
+    def waiting_for_log(self) -> Iterator[None]:
+        """Waiting for the session log's disk write (group commit): reported apart from overhead."""
+        start = self.clock()
+        try:
+            yield
+        finally:
+            waited = self.clock() - start
+            self._outside += waited
+            self.log_waits.append(waited)
 
     # -- staged writes ----------------------------------------------------------------------------
 
@@ -206,7 +218,8 @@ class SessionTools:
     async def execute(self, call: ToolCall) -> Observation:
         if self.classify(call) is Effect.WRITE:
             key = self.session.intent(call)
-            await self._durable()  # the intent is stored before the write can have any effect
+            with self.session.waiting_for_log():
+                await self._durable()  # the intent is stored before the write can have any effect
             obs = await self.run_keyed(call, key)
         else:
             with self.session.outside():

@@ -1,0 +1,90 @@
+"""A client of the gateway's HTTP API (httpx, with httpx-sse for the event stream).
+
+Used by the main job, the tests and the load generator. Every non-2xx answer becomes one
+``GatewayError`` carrying the status, the server's one-line detail and its Retry-After.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator
+
+import httpx
+from httpx_sse import aconnect_sse
+
+
+class GatewayError(Exception):
+    def __init__(self, status: int, detail: str, retry_after: float | None = None):
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status, self.detail, self.retry_after = status, detail, retry_after
+
+
+class GatewayClient:
+    def __init__(self, base_url: str, api_key: str, timeout_s: float = 60.0, max_connections: int = 1000):
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self.http = httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=timeout_s, limits=limits,
+                                      headers={"Authorization": f"Bearer {api_key}"})
+
+    async def __aenter__(self) -> "GatewayClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.http.aclose()
+
+    async def _call(self, method: str, path: str, **kw: Any) -> Any:
+        response = await self.http.request(method, path, **kw)
+        if response.status_code >= 400:
+            raise _error(response)
+        return response.json()
+
+    async def create(self, **body: Any) -> dict[str, Any]:
+        return await self._call("POST", "/v1/sessions", json=body)
+
+    async def post_message(self, sid: str, text: str, stop: bool = False) -> dict[str, Any]:
+        return await self._call("POST", f"/v1/sessions/{sid}/messages", json={"text": text, "stop": stop})
+
+    async def post_tool_result(self, sid: str, call_id: str, content: str, error: bool = False) -> dict[str, Any]:
+        return await self._call("POST", f"/v1/sessions/{sid}/tool_results",
+                                json={"call_id": call_id, "content": content, "error": error})
+
+    async def trajectory(self, sid: str, grade: bool = False) -> dict[str, Any]:
+        return await self._call("GET", f"/v1/sessions/{sid}", params={"grade": str(grade).lower()})
+
+    async def cancel(self, sid: str) -> dict[str, Any]:
+        return await self._call("DELETE", f"/v1/sessions/{sid}")
+
+    async def stats(self) -> dict[str, Any]:
+        return await self._call("GET", "/v1/stats")
+
+    async def events(self, sid: str, after: int = 0) -> AsyncIterator[dict[str, Any]]:
+        """Every event from ``after`` on, until the session's ``final`` event. A dropped stream is
+        resumed from the last event seen (a bounded number of times)."""
+        for _ in range(100):
+            async with aconnect_sse(self.http, "GET", f"/v1/sessions/{sid}/events", params={"after": after},
+                                    timeout=httpx.Timeout(None, connect=30)) as source:
+                if source.response.status_code >= 400:
+                    await source.response.aread()
+                    raise _error(source.response)
+                try:
+                    async for sse in source.aiter_sse():
+                        if not sse.data:
+                            continue  # a keep-alive comment
+                        event = json.loads(sse.data)
+                        after = event["seq"] + 1
+                        yield event
+                        if event["t"] == "final":
+                            return
+                except (httpx.RemoteProtocolError, httpx.ReadError):
+                    pass  # the gateway or coordinator restarted mid-stream: resume from ``after``
+        raise GatewayError(503, f"event stream of session {sid} kept dropping before its final event")
+
+
+def _error(response: httpx.Response) -> GatewayError:
+    try:
+        detail = response.json().get("detail", response.text)
+    except ValueError:
+        detail = response.text
+    if not isinstance(detail, str):
+        detail = json.dumps(detail)[:500]
+    retry = response.headers.get("retry-after")
+    return GatewayError(response.status_code, detail, float(retry) if retry else None)

@@ -1,0 +1,94 @@
+"""Deployment profiles (``deployments/*.yaml``): Serve configs validated by Ray's own schemas.
+
+``load_profile`` parses a profile through ``ray.serve.schema.ServeDeploySchema``, each SpecAgent
+application's args through ``AppConfig`` and each Ray Serve LLM application's ``llm_configs`` through
+``ray.serve.llm.LLMConfig``, so a broken field fails here with its path. ``run_profile`` deploys every
+application of a profile on the connected Ray cluster, as ``serve deploy`` would.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+PROFILES = ("local-cpu", "sim", "gpu-tp16", "edge-cloud")
+OURS = "specagent_ray.serve.app:build_app"
+RAY_LLM = "ray.serve.llm:build_openai_app"
+FOLDER = Path(__file__).resolve().parents[2] / "deployments"
+
+
+def profile_path(name_or_path: str | os.PathLike[str]) -> Path:
+    """A profile name (``sim``) or a YAML path; raises ValueError listing the profiles."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.exists():
+            raise ValueError(f"no profile file {path}")
+        return path
+    if str(name_or_path) not in PROFILES:
+        raise ValueError(f"unknown profile {name_or_path!r}; choose from {', '.join(PROFILES)} or give a YAML path")
+    return FOLDER / f"{name_or_path}.yaml"
+
+
+def load_profile(name_or_path: str | os.PathLike[str], args: Mapping[str, Any] | None = None) -> Any:
+    """The profile as a validated ``ServeDeploySchema``. ``args`` are merged into the SpecAgent
+    application's args (one level deep), e.g. ``{"session_log": "/tmp/log"}``."""
+    from ray.serve.schema import ServeDeploySchema
+
+    raw = yaml.safe_load(profile_path(name_or_path).read_text())
+    for app in raw.get("applications", []):
+        if app.get("import_path") == OURS and args:
+            app["args"] = _merge(app.get("args") or {}, args)
+    schema = ServeDeploySchema.model_validate(raw) if hasattr(ServeDeploySchema, "model_validate") \
+        else ServeDeploySchema.parse_obj(raw)
+    for app in schema.applications:
+        validate_args(app.import_path, app.args or {})
+    return schema
+
+
+def validate_args(import_path: str, args: Mapping[str, Any]) -> None:
+    """Raise ValueError naming the bad field if ``args`` do not fit the application's builder."""
+    if import_path == OURS:
+        from .config import AppConfig
+
+        AppConfig.model_validate(args)
+    elif import_path == RAY_LLM:
+        from ray.serve.llm import LLMConfig
+
+        configs = args.get("llm_configs") or []
+        if not configs:
+            raise ValueError(f"{RAY_LLM} needs llm_configs")
+        for cfg in configs:
+            LLMConfig.model_validate(cfg)
+    else:
+        raise ValueError(f"unknown application builder {import_path!r}; profiles use {OURS} and {RAY_LLM}")
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in extra.items():
+        out[k] = {**out[k], **v} if isinstance(v, Mapping) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def build(import_path: str, args: Mapping[str, Any]) -> Any:
+    module, _, attr = import_path.partition(":")
+    return getattr(importlib.import_module(module), attr)(dict(args))
+
+
+def run_profile(schema: Any, port: int | None = None) -> str:
+    """Deploy every application of a validated profile on the connected Ray cluster; returns the base
+    URL. The caller owns ``ray.init`` and ``serve.shutdown``."""
+    from ray import serve
+
+    http = schema.http_options
+    host, port = (getattr(http, "host", None) or "127.0.0.1"), port or getattr(http, "port", 8000)
+    serve.start(http_options={"host": host, "port": port})
+    for app in schema.applications:
+        serve.run(build(app.import_path, app.args or {}), name=app.name, route_prefix=app.route_prefix,
+                  blocking=False)
+    return f"http://{host}:{port}"

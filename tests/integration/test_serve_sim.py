@@ -1,0 +1,148 @@
+"""The served application on a real local Ray cluster, `sim` profile: HTTP, SSE, concurrency, faults,
+bad input. Engines are simulated (seeded), everything else is the production path."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray import serve  # noqa: E402
+
+from specagent_ray.serve.client import GatewayClient, GatewayError  # noqa: E402
+from specagent_ray.serve.profiles import load_profile, run_profile  # noqa: E402
+from specagent_ray.testing.http import free_port  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+FAST = {"draft_base_s": 0.005, "draft_per_request_s": 0.0002, "verify_base_s": 0.01,
+        "verify_per_request_s": 0.0005, "step_base_s": 0.01}
+KEY = "dev-key"
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    log = tmp_path_factory.mktemp("session-log")
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
+    try:
+        profile = load_profile("sim", {"session_log": str(log), "engines": {"kind": "sim", "latency": FAST},
+                                       "coordinator": {"max_sessions": 400}})
+        base = run_profile(profile, port=free_port())
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        yield base
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+async def run_sessions(url, n, *, task_offset=0, during=None):
+    """Create n simulated airline sessions at once and follow each one's events to ``final``."""
+    async with GatewayClient(url, KEY) as client:
+        created = await asyncio.gather(*(client.create(tool_source="airline", task_id=str((i + task_offset) % 50),
+                                                       user="simulated", trial=i) for i in range(n)))
+        sids = [c["session_id"] for c in created]
+
+        async def follow(sid):
+            return [e async for e in client.events(sid)]
+
+        followers = asyncio.gather(*(follow(s) for s in sids))
+        if during is not None:
+            await asyncio.sleep(1.0)
+            await asyncio.to_thread(during)
+        streams = await asyncio.wait_for(followers, 600)
+        trajectories = await asyncio.gather(*(client.trajectory(s) for s in sids))
+        return sids, streams, trajectories
+
+
+def kill_replica(deployment: str) -> None:
+    """Kill one replica actor of the deployment, as a crash would (Serve starts a new one)."""
+    names = [a for a in ray.util.list_named_actors(all_namespaces=True)
+             if a["namespace"] == "serve" and f"#{deployment}#" in a["name"]]
+    assert names, f"no live replica of {deployment}"
+    ray.kill(ray.get_actor(names[0]["name"], namespace="serve"), no_restart=True)
+
+
+async def tool_host_writes() -> dict[str, int]:
+    handle = serve.get_deployment_handle("ToolHost", app_name="specagent")
+    return (await handle.stats.remote())["write_executions"]
+
+
+def check_nothing_lost(streams, trajectories):
+    for events, traj in zip(streams, trajectories, strict=True):
+        assert events[-1]["t"] == "final" and events[-1]["status"] == "done", events[-1]
+        streamed = [step for e in events if e["t"] == "commit" for step in e["steps"]]
+        assert traj["steps"] == streamed  # every commit a client saw is in the trajectory, in order
+        assert [e["seq"] for e in events] == sorted({e["seq"] for e in events})
+
+
+async def test_bad_input_gets_a_clear_4xx_and_the_server_keeps_serving(url):
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as http:
+        ok = {"tool_source": "airline", "task_id": "0", "user": "simulated"}
+        cases = [
+            (await http.post("/v1/sessions", json=ok, headers={"Authorization": "Bearer wrong"}), 401, "API key"),
+            (await http.post("/v1/sessions", content=b"{" + b" " * 70_000 + b"}",
+                             headers={"content-type": "application/json"}), 413, "over 65536 bytes"),
+            (await http.post("/v1/sessions", json={**ok, "tool_source": "bash -c rm"}), 400, "unknown tool source"),
+            (await http.post("/v1/sessions", json={**ok, "k": 0}), 422, "greater than or equal to 1"),
+            (await http.post("/v1/sessions", json={**ok, "max_steps": -5}), 422, "max_steps"),
+            (await http.post("/v1/sessions", json={**ok, "trial": -1}), 422, "trial"),
+            (await http.post("/v1/sessions", json={**ok, "command": ["sh"]}), 422, "command"),
+            (await http.post("/v1/sessions", content=b"not json", headers={"content-type": "application/json"}),
+             422, "JSON"),
+            (await http.get("/v1/sessions/nope/events"), 404, "no session"),
+        ]
+        client_session = await http.post("/v1/sessions", json={"tool_source": "airline", "task_id": "1",
+                                                               "message": "Hi, I need to change a flight"})
+        assert client_session.status_code == 201, client_session.text
+        sid = client_session.json()["session_id"]
+        cases.append((await http.post(f"/v1/sessions/{sid}/tool_results", json={"call_id": "ghost", "content": "x"}),
+                      404, "no pending tool call 'ghost'"))
+        for response, status, text in cases:
+            assert response.status_code == status, (response.status_code, response.text)
+            assert text in response.text
+            assert "Traceback" not in response.text
+        assert (await http.delete(f"/v1/sessions/{sid}")).status_code == 200
+        schema = (await http.get("/openapi.json")).json()
+        assert "/v1/sessions" in schema["paths"] and "CreateSession" in schema["components"]["schemas"]
+    _, streams, trajectories = await run_sessions(url, 2)
+    check_nothing_lost(streams, trajectories)
+
+
+async def test_200_concurrent_sessions_complete_with_zero_errors(url):
+    sids, streams, trajectories = await run_sessions(url, 200)
+    check_nothing_lost(streams, trajectories)
+    async with GatewayClient(url, KEY) as client:
+        stats = await client.stats()
+    assert max(int(k) for k in stats["batch_sizes"]["verify"]) > 1  # verifies from many sessions shared batches
+    assert stats["overhead_s"]["n"] > 0
+    assert max((await tool_host_writes()).values()) == 1
+
+
+async def test_a_drafter_replica_killed_mid_run_costs_a_redraft_not_a_session(url):
+    sids, streams, trajectories = await run_sessions(url, 30, task_offset=7, during=lambda: kill_replica("SimDrafter"))
+    check_nothing_lost(streams, trajectories)
+    assert max((await tool_host_writes()).values()) == 1
+
+
+async def test_a_coordinator_killed_mid_run_resumes_every_session_from_the_log(url):
+    sids, streams, trajectories = await run_sessions(url, 30, task_offset=13,
+                                                     during=lambda: kill_replica("Coordinator"))
+    check_nothing_lost(streams, trajectories)
+    resumed = [e for events in streams for e in events if e["t"] == "resumed"]
+    assert resumed, "no session was mid-run when the coordinator died"
+    assert max((await tool_host_writes()).values()) == 1  # counted on the tool side: no staged write ran twice
+
+
+async def test_a_wrong_key_never_reaches_the_coordinator(url):
+    async with GatewayClient(url, "wrong") as client:
+        with pytest.raises(GatewayError) as err:
+            await client.stats()
+    assert err.value.status == 401
