@@ -1,0 +1,54 @@
+"""Every profile loads through Ray's own schemas (ServeDeploySchema, LLMConfig) and our AppConfig."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from specagent_ray.serve.profiles import PROFILES, load_profile, profile_path, validate_args
+
+llm = pytest.importorskip("ray.serve.llm", reason="LLMConfig needs the cpu extra (ray.serve.llm deps)")
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_each_profile_validates(name):
+    schema = load_profile(name)
+    assert {a.name for a in schema.applications} >= {"specagent"}
+
+
+def test_gpu_profile_is_the_papers_setup():
+    schema = load_profile("gpu-tp16")
+    engines = next(a for a in schema.applications if a.name == "engines").args["llm_configs"]
+    verifier = next(c for c in engines if c["model_loading_config"]["model_id"] == "verifier")
+    kw = verifier["engine_kwargs"]
+    assert kw["tensor_parallel_size"] * kw["pipeline_parallel_size"] == 16 == len(verifier["placement_group_config"]["bundles"])
+    assert verifier["model_loading_config"]["model_source"].startswith("s3://")
+    assert kw["enable_prefix_caching"] is True
+
+
+@pytest.mark.parametrize("path, value, error", [
+    (("applications", 1, "args", "coordinator", "max_batch"), 0, "max_batch"),
+    (("applications", 1, "args", "engines", "kind"), "gpu", "kind"),
+    (("applications", 1, "args", "tool_sources", "airline", "kind"), "shell", "kind"),
+    (("applications", 1, "args", "coordinator", "batch_windo_ms"), 5, "batch_windo_ms"),
+    (("applications", 0, "args", "llm_configs", 0, "engine_kwarg"), {}, "engine_kwarg"),
+    (("http_options", "port"), "eighty", "port"),
+    (("applications", 0, "import_path"), "no_colon_here", "import_path"),
+])
+def test_a_broken_field_fails_with_its_name(tmp_path, path, value, error):
+    raw = yaml.safe_load(profile_path("local-cpu").read_text())
+    node = raw
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(raw))
+    with pytest.raises(Exception, match=error):
+        load_profile(broken)
+
+
+def test_unknown_builders_and_profiles_are_refused():
+    with pytest.raises(ValueError, match="unknown application builder"):
+        validate_args("os:system", {})
+    with pytest.raises(ValueError, match="unknown profile 'prod'"):
+        profile_path("prod")
