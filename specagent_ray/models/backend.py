@@ -23,11 +23,16 @@ from ..protocol.types import Usage
 from .prompts import ChatMessage
 
 
-class BackendError(EngineUnavailable, RuntimeError):
+class BackendError(RuntimeError):
     """The endpoint could not answer (connection, timeout, HTTP error) after the client's retries.
 
-    This is an infrastructure failure, not malformed output (see ``EngineUnavailable`` for what the
-    protocol does with it)."""
+    This is an infrastructure failure, not malformed output. A refusal that asking again cannot fix
+    (e.g. HTTP 400 for a prompt over the context) propagates to whoever runs the session."""
+
+
+class EndpointUnavailable(BackendError, EngineUnavailable):
+    """The endpoint timed out, refused the connection or kept answering 408/409/429/5xx: the protocol
+    re-drafts (drafter) or falls back to a strong step (verifier); see ``EngineUnavailable``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,14 +104,14 @@ class ChatBackend:
                 model=self.model, messages=list(messages), max_tokens=max_tokens, temperature=temperature,
                 extra_headers=dict(headers or {}), extra_body=self.extra_body or None, **kwargs)
         except openai.APITimeoutError as exc:
-            raise BackendError(f"{self._where()}: timed out after {self.timeout_s:g}s "
+            raise EndpointUnavailable(f"{self._where()}: timed out after {self.timeout_s:g}s "
                                f"({self.max_retries} retries)") from exc
         except openai.APIConnectionError as exc:
-            raise BackendError(f"{self._where()}: connection failed ({self.max_retries} retries): "
+            raise EndpointUnavailable(f"{self._where()}: connection failed ({self.max_retries} retries): "
                                f"{_cause(exc)}") from exc
         except openai.APIStatusError as exc:
             retried = f" after {self.max_retries} retries" if _retryable(exc.status_code) else ""
-            raise BackendError(f"{self._where()}: HTTP {exc.status_code}{retried}: "
+            raise (EndpointUnavailable if retried else BackendError)(f"{self._where()}: HTTP {exc.status_code}{retried}: "
                                f"{_one_line(exc.message)}") from exc
         except openai.OpenAIError as exc:
             raise BackendError(f"{self._where()}: {type(exc).__name__}: {_one_line(str(exc))}") from exc

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ContextManager, Literal, Mapping, Protocol, Sequence
+from typing import ContextManager, Literal, Protocol
 
-from .types import Author, Effect, Event, History, Observation, Proposal, Review, Step, ToolCall, Usage
+from .types import (
+    Author,
+    Effect,
+    Event,
+    History,
+    Observation,
+    Proposal,
+    Review,
+    Step,
+    ToolCall,
+    Usage,
+)
 
 
 class EngineUnavailable(Exception):
@@ -108,7 +120,7 @@ class NoJournal:
 
 
 class _NullSpan:
-    def __enter__(self) -> "_NullSpan":
+    def __enter__(self) -> _NullSpan:
         return self
 
     def __exit__(self, *exc: object) -> None:

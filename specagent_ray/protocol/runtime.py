@@ -4,12 +4,24 @@ ways to call models and tools. The speculation loop and the baselines are writte
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from .interfaces import (
-    CallRecord, EngineUnavailable, Journal, Ledger, MalformedOutput, NoJournal, NoSpans, Policy, Purpose, SpanHandle,
-    Spans, ToolAdapter, User, Verifier,
+    CallRecord,
+    EngineUnavailable,
+    Journal,
+    Ledger,
+    MalformedOutput,
+    NoJournal,
+    NoSpans,
+    Policy,
+    Purpose,
+    SpanHandle,
+    Spans,
+    ToolAdapter,
+    User,
+    Verifier,
 )
 from .types import (
     Action,

@@ -59,15 +59,15 @@ class Action:
     text: str = ""
 
     @staticmethod
-    def tool(tool_name: str, /, **arguments: Any) -> "Action":
+    def tool(tool_name: str, /, **arguments: Any) -> Action:
         return Action(ActionKind.TOOL, ToolCall(tool_name, dict(arguments)))
 
     @staticmethod
-    def message(text: str) -> "Action":
+    def message(text: str) -> Action:
         return Action(ActionKind.MESSAGE, text=text)
 
     @staticmethod
-    def stop() -> "Action":
+    def stop() -> Action:
         return Action(ActionKind.STOP)
 
     def key(self) -> str:
@@ -76,7 +76,7 @@ class Action:
             return "tool:" + self.call.key()
         return f"{self.kind.value}:{self.text}"
 
-    def same_as(self, other: "Action | None") -> bool:
+    def same_as(self, other: Action | None) -> bool:
         """Exact match, the acceptance test of Speculative Actions and of the exact-match ablation."""
         return other is not None and self.key() == other.key()
 
@@ -120,7 +120,7 @@ class Verdict:
     reason: str = ""
     repair: Action | None = None
 
-    def checked(self, n: int) -> "Verdict":
+    def checked(self, n: int) -> Verdict:
         """Return self if well formed for a block of ``n`` steps, else a full rejection saying why.
 
         A malformed verdict is never trusted: j outside 0..n becomes j = 0 and its repair is dropped.
@@ -173,7 +173,7 @@ class History:
     task: Task
     steps: tuple[Step, ...] = ()
 
-    def commit(self, steps: "tuple[Step, ...] | list[Step]") -> "History":
+    def commit(self, steps: tuple[Step, ...] | list[Step]) -> History:
         return History(self.task, self.steps + tuple(steps))
 
     def __len__(self) -> int:

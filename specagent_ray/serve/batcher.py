@@ -12,7 +12,8 @@ import asyncio
 import heapq
 import itertools
 from collections import Counter
-from typing import Awaitable, Callable, Generic, Sequence, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -63,7 +64,7 @@ class Batcher(Generic[T, R]):
             if len(self._heap) < self.max_batch and self.window_s > 0:
                 try:
                     await asyncio.wait_for(self._full.wait(), self.window_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             batch = [heapq.heappop(self._heap) for _ in range(min(self.max_batch, len(self._heap)))]
             if len(self._heap) < self.max_batch:

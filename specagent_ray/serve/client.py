@@ -7,7 +7,8 @@ Used by the main job, the tests and the load generator. Every non-2xx answer bec
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 from httpx_sse import aconnect_sse
@@ -25,7 +26,7 @@ class GatewayClient:
         self.http = httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=timeout_s, limits=limits,
                                       headers={"Authorization": f"Bearer {api_key}"})
 
-    async def __aenter__(self) -> "GatewayClient":
+    async def __aenter__(self) -> GatewayClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -7,7 +7,7 @@ the field, not a silently ignored setting.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -63,7 +63,7 @@ class OpenAIEngines(Strict):
     strict_schema: bool = Field(True, description="False for cloud APIs whose strict mode forbids free-form objects")
 
 
-Engines = Annotated[Union[SimEngines, OpenAIEngines], Field(discriminator="kind")]
+Engines = Annotated[SimEngines | OpenAIEngines, Field(discriminator="kind")]
 
 
 class CoordinatorConfig(Strict):
@@ -113,7 +113,7 @@ class McpSource(Strict):
     overrides: dict[str, EffectName] = {}
 
     @model_validator(mode="after")
-    def _one_transport(self) -> "McpSource":
+    def _one_transport(self) -> McpSource:
         if (self.command is None) == (self.url is None):
             raise ValueError("an MCP source needs exactly one of command (stdio) or url (streamable HTTP)")
         if self.command is not None and not self.command:
@@ -130,7 +130,7 @@ class ClientSource(Strict):
     overrides: dict[str, EffectName] = {}
 
 
-ToolSource = Annotated[Union[Tau2Source, McpSource, ClientSource], Field(discriminator="kind")]
+ToolSource = Annotated[Tau2Source | McpSource | ClientSource, Field(discriminator="kind")]
 
 
 class SessionDefaults(Strict):
@@ -139,7 +139,7 @@ class SessionDefaults(Strict):
     max_steps: int = Field(30, ge=1, le=1000)
 
     @model_validator(mode="after")
-    def _known_method(self) -> "SessionDefaults":
+    def _known_method(self) -> SessionDefaults:
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
         return self

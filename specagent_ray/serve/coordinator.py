@@ -18,17 +18,38 @@ import logging
 import os
 import secrets
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from ..models.backend import BackendError
 from ..protocol.baselines import METHODS
 from ..protocol.interfaces import EngineUnavailable
 from ..protocol.runtime import Parts, SpecConfig
-from ..protocol.types import Action, ActionKind, Effect, History, Step, Task, Termination, ToolCall, Trajectory
+from ..protocol.types import (
+    Action,
+    ActionKind,
+    Effect,
+    History,
+    Step,
+    Task,
+    Termination,
+    ToolCall,
+    Trajectory,
+)
 from ..storage.base import Store
 from .api import CreateSession, ToolResult, UserMessage
 from .config import AppConfig, ClientSource, McpSource, SimEngines, Tau2Source
 from .errors import BadRequest, Conflict, NotFound, Overloaded
-from .session import FINISHED, Catalog, ClientUser, Session, SessionTools, TimedUser, call_from, summary
+from .session import (
+    FINISHED,
+    Catalog,
+    ClientUser,
+    Session,
+    SessionTools,
+    TimedUser,
+    call_from,
+    summary,
+)
 from .session_log import SessionLog
 from .wire import observation_from, step_dict, step_from
 
@@ -67,7 +88,7 @@ class Coordinator:
         for sid, records in (await asyncio.to_thread(self.log.replay)).items():
             try:
                 await self._restore(sid, records)
-            except Exception:  # noqa: BLE001 - one unreadable session must not keep the others down
+            except Exception:
                 log.exception("could not restore session %s", sid)
 
     async def _flush_forever(self) -> None:
@@ -80,7 +101,7 @@ class Coordinator:
                 s.unpublished = []
             try:
                 await self.log.durable()
-            except Exception:  # noqa: BLE001 - the records stay pending in the log; try again soon
+            except Exception:
                 log.exception("session log write failed; retrying")
                 for s, records in batches:
                     s.unpublished[:0] = records
@@ -313,7 +334,9 @@ class Coordinator:
             s.status, s.termination = "cancelled", "cancelled"
         except EngineUnavailable as exc:
             s.status, s.error = "failed", f"engine unavailable: {exc}"
-        except Exception as exc:  # noqa: BLE001 - one session fails, the coordinator serves on
+        except BackendError as exc:
+            s.status, s.error = "failed", f"engine error: {exc}"
+        except Exception as exc:
             log.exception("session %s failed", s.id)
             s.status, s.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
         s.record("final", status=s.status, termination=s.termination, error=s.error)

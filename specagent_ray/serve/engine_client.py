@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from typing import Any, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-from ..models.backend import ChatBackend
+from ..models.backend import BackendError, ChatBackend
 from ..models.llm import LLMPolicy, LLMVerifier
 from ..models.prompts import PromptConfig
 from ..protocol.interfaces import EngineUnavailable, MalformedOutput
@@ -44,9 +45,12 @@ async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Await
     for _ in range(n):
         try:
             return await asyncio.wait_for(call(), timeout_s)
-        except MalformedOutput:
-            raise
-        except asyncio.TimeoutError:
+        except (MalformedOutput, BackendError) as exc:
+            if isinstance(exc, EngineUnavailable):
+                last = exc  # an endpoint that may come back: try again
+                continue
+            raise  # an answer (malformed) or a refusal that asking again cannot fix
+        except TimeoutError:
             last = TimeoutError(f"no answer in {timeout_s:g}s")
         except Exception as exc:  # noqa: BLE001 - replica death, HTTP errors: infrastructure
             last = exc
@@ -140,7 +144,7 @@ class OpenAIEngineClient:
 
     def models(self, session: Session, catalog: Catalog) -> tuple[Any, Any, Any]:
         prompt = PromptConfig(policy=catalog.policy)
-        headers = lambda: {**traceparent_headers(), "x-session-id": session.id}  # noqa: E731
+        headers = lambda: {**traceparent_headers(), "x-session-id": session.id}
         kw = {"max_tokens": self.cfg.max_tokens, "temperature": 0.0, "headers": headers}
         weak_llm = LLMPolicy(self.drafter, prompt, catalog.schemas, **kw)
         strong_llm = LLMPolicy(self.verifier, prompt, catalog.schemas, **kw)

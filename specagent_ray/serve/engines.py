@@ -11,9 +11,10 @@ import logging
 import os
 import time
 import urllib.request
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from ..testing.http import free_port
 

@@ -15,7 +15,7 @@ class Served:
     def __init__(self, handle: Any):
         self._handle = handle
 
-    def routed(self, session_id: str) -> "Served":
+    def routed(self, session_id: str) -> Served:
         return Served(self._handle.options(session_id=session_id))
 
     def __getattr__(self, name: str):
@@ -30,7 +30,7 @@ class Local:
     def __init__(self, obj: Any):
         self._obj = obj
 
-    def routed(self, session_id: str) -> "Local":
+    def routed(self, session_id: str) -> Local:
         return self
 
     def __getattr__(self, name: str):

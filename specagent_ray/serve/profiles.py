@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 import importlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -34,15 +35,35 @@ def profile_path(name_or_path: str | os.PathLike[str]) -> Path:
     return FOLDER / f"{name_or_path}.yaml"
 
 
-def load_profile(name_or_path: str | os.PathLike[str], args: Mapping[str, Any] | None = None) -> Any:
+def load_profile(name_or_path: str | os.PathLike[str], args: Mapping[str, Any] | None = None,
+                 port: int | None = None) -> Any:
     """The profile as a validated ``ServeDeploySchema``. ``args`` are merged into the SpecAgent
-    application's args (one level deep), e.g. ``{"session_log": "/tmp/log"}``."""
+    application's args (one level deep), e.g. ``{"session_log": "/tmp/log"}``. ``port`` moves the HTTP
+    port, and the loopback engine URLs with it. Relative local paths (model folders, the session log)
+    are made absolute here, because replicas do not share the caller's working directory."""
     from ray.serve.schema import ServeDeploySchema
 
     raw = yaml.safe_load(profile_path(name_or_path).read_text())
+    old_port = (raw.get("http_options") or {}).get("port", 8000)
+    if port is not None:
+        raw.setdefault("http_options", {})["port"] = port
     for app in raw.get("applications", []):
-        if app.get("import_path") == OURS and args:
-            app["args"] = _merge(app.get("args") or {}, args)
+        app_args = app.get("args") or {}
+        if app.get("import_path") == OURS:
+            if args:
+                app_args = _merge(app_args, args)
+            if port is not None:
+                for role in ("drafter", "verifier", "user"):
+                    e = (app_args.get("engines") or {}).get(role)
+                    if e:
+                        e["url"] = e["url"].replace(f"127.0.0.1:{old_port}/", f"127.0.0.1:{port}/")
+            if "://" not in app_args.get("session_log", "://"):
+                app_args["session_log"] = str(Path(app_args["session_log"]).absolute())
+        for cfg in app_args.get("llm_configs", []):
+            source = cfg.get("model_loading_config", {}).get("model_source", "")
+            if source.startswith("."):
+                cfg["model_loading_config"]["model_source"] = str(Path(source).absolute())
+        app["args"] = app_args
     schema = ServeDeploySchema.model_validate(raw) if hasattr(ServeDeploySchema, "model_validate") \
         else ServeDeploySchema.parse_obj(raw)
     for app in schema.applications:

@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterator, Sequence
+from typing import Any
 
 from ..costs.ledger import Ledger
 from ..protocol.interfaces import CallRecord
-from ..protocol.types import Action, ActionKind, Effect, Event, Observation, Step, Task, ToolCall, Usage
+from ..protocol.types import (
+    Action,
+    ActionKind,
+    Effect,
+    Event,
+    Observation,
+    Step,
+    Task,
+    ToolCall,
+    Usage,
+)
 from ..tools.schema import SchemaValidator
 from .api import CreateSession
 from .errors import NotFound
@@ -99,7 +110,7 @@ class Session:
             changed = self._changed
             try:
                 await asyncio.wait_for(changed.wait(), wait_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return self.events[after:]
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 from ..protocol.types import History, Proposal, Review, Step, Task
 from .config import SimEngines

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..protocol.types import Observation, ToolCall
 from .config import McpSource, Tau2Source, ToolSource

@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 ray = pytest.importorskip("ray")
-from ray import serve  # noqa: E402
+from ray import serve
 
-from specagent_ray.serve.client import GatewayClient, GatewayError  # noqa: E402
-from specagent_ray.serve.profiles import load_profile, run_profile  # noqa: E402
-from specagent_ray.testing.http import free_port  # noqa: E402
+from specagent_ray.serve.client import GatewayClient, GatewayError
+from specagent_ray.serve.profiles import load_profile, run_profile
+from specagent_ray.testing.http import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 FAST = {"draft_base_s": 0.005, "draft_per_request_s": 0.0002, "verify_base_s": 0.01,

@@ -8,7 +8,13 @@ import asyncio
 import pytest
 
 from specagent_ray.serve.api import ClientTool, CreateSession, ToolResult, UserMessage
-from specagent_ray.serve.config import AppConfig, ClientSource, CoordinatorConfig, LatencyModel, SimEngines
+from specagent_ray.serve.config import (
+    AppConfig,
+    ClientSource,
+    CoordinatorConfig,
+    LatencyModel,
+    SimEngines,
+)
 from specagent_ray.serve.coordinator import Coordinator
 from specagent_ray.serve.engine_client import SimEngineClient
 from specagent_ray.serve.errors import BadRequest, Conflict, NotFound, Overloaded

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from specagent_ray.serve.profiles import PROFILES, load_profile, profile_path, validate_args
+from specagent_ray.serve.profiles import (
+    PROFILES,
+    load_profile,
+    profile_path,
+    validate_args,
+)
 
 llm = pytest.importorskip("ray.serve.llm", reason="LLMConfig needs the cpu extra (ray.serve.llm deps)")
 

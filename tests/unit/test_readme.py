@@ -12,7 +12,7 @@ def _commands():
 
 def test_readme_opens_with_the_two_commands():
     main, tests = _commands()
-    assert "specagent-ray bench tau2" in main and "pip install" in main
+    assert "specagent-ray serve local-cpu" in main and "pip install" in main and ".[bench,cpu]" in main
     assert "pytest" in tests and ".[dev,cpu]" in tests
 
 

@@ -1,0 +1,139 @@
+"""Running a profile on a local Ray cluster and driving sessions through its gateway over HTTP.
+
+Used by ``specagent-ray serve`` (the README's main job), ``bench batching`` and the end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .client import GatewayClient, GatewayError
+from .profiles import load_profile, run_profile
+
+LOCAL_MODELS = {"tiny-weak": 0, "tiny-strong": 1}  # folder name -> seed of the random weights
+
+
+def ensure_local_models(root: Path = Path(".specagent/models")) -> None:
+    """Build the local-cpu profile's two tiny random-weight models if they are missing (~20 s each)."""
+    from ..testing.tiny_model import build_tiny_model
+
+    for name, seed in LOCAL_MODELS.items():
+        build_tiny_model(root / name, seed=seed)
+
+
+@contextmanager
+def local_cluster(profile: str, port: int, args: dict[str, Any] | None = None, num_cpus: int = 8,
+                  timeout_s: float = 900.0) -> Iterator[str]:
+    """Deploy a profile on a fresh local Ray instance; yields the gateway's base URL once it answers
+    and, for model engines, once every engine answers a one-token chat. Everything stops on exit."""
+    import logging
+
+    import ray
+    from ray import serve
+
+    schema = load_profile(profile, args, port=port)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    for chatty in ("httpx", "LiteLLM", "openai"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    try:
+        url = run_profile(schema, port=port)
+        _wait(f"{url}/healthz", timeout_s)
+        for app in schema.applications:
+            for cfg in (app.args or {}).get("llm_configs", []):
+                from .engines import wait_until_serving
+
+                wait_until_serving(f"{url}{app.route_prefix}/v1", [cfg["model_loading_config"]["model_id"]], timeout_s)
+        yield url
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def _wait(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} did not answer within {timeout_s:.0f}s")
+
+
+@dataclass(frozen=True)
+class SessionResult:
+    method: str
+    task_id: str
+    status: str
+    termination: str | None
+    error: str | None
+    reward: float | None
+    steps: int
+    events: int
+    strong_calls: int
+    strong_decode: int
+    strong_prompt: int
+    weak_decode: int
+    wall_s: float
+
+
+async def _create(client: GatewayClient, body: dict[str, Any], patience_s: float = 600.0) -> dict[str, Any]:
+    """Create a session, waiting out 429s as the server's Retry-After says."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return await client.create(**body)
+        except GatewayError as exc:
+            if exc.status != 429 or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(exc.retry_after or 1.0)
+
+
+async def run_sessions(url: str, api_key: str, bodies: list[dict[str, Any]], concurrency: int,
+                       on_done: Callable[[SessionResult], None] = lambda r: None,
+                       grade: bool = True) -> list[SessionResult]:
+    """Run every session body through the gateway, at most ``concurrency`` at a time; each one's events
+    are followed over SSE to ``final``, then its graded trajectory is fetched."""
+    gate = asyncio.Semaphore(concurrency)
+    async with GatewayClient(url, api_key, timeout_s=900, max_connections=concurrency * 2 + 10) as client:
+        async def one(body: dict[str, Any]) -> SessionResult:
+            async with gate:
+                start = time.perf_counter()
+                sid = (await _create(client, body))["session_id"]
+                events = [e async for e in client.events(sid)]
+                traj = await client.trajectory(sid, grade=grade)
+                strong, weak = traj["usage"]["strong"], traj["usage"]["weak"]
+                result = SessionResult(traj["method"], traj["task_id"], traj["status"], traj["termination"],
+                                       traj["error"], traj["reward"], traj["committed_steps"], len(events),
+                                       strong["calls"], strong["decode_tokens"], strong["prompt_tokens"],
+                                       weak["decode_tokens"], time.perf_counter() - start)
+                on_done(result)
+                return result
+
+        return list(await asyncio.gather(*(one(b) for b in bodies)))
+
+
+def summarize(results: list[SessionResult]) -> dict[str, dict[str, float]]:
+    by: dict[str, list[SessionResult]] = {}
+    for r in results:
+        by.setdefault(r.method, []).append(r)
+    out = {}
+    for method, rs in by.items():
+        n = len(rs)
+        graded = [r.reward for r in rs if r.reward is not None]
+        out[method] = {"sessions": n, "done": sum(r.status == "done" for r in rs),
+                       "pass_at_1": 100 * sum(graded) / len(graded) if graded else float("nan"),
+                       "steps": sum(r.steps for r in rs) / n, "strong_calls": sum(r.strong_calls for r in rs) / n,
+                       "strong_decode": sum(r.strong_decode for r in rs) / n,
+                       "strong_prompt": sum(r.strong_prompt for r in rs) / n,
+                       "weak_decode": sum(r.weak_decode for r in rs) / n, "wall_s": sum(r.wall_s for r in rs) / n}
+    return out
