@@ -61,6 +61,9 @@ class OpenAIEngines(Strict):
     max_tokens: int = Field(256, ge=16)
     user_max_tokens: int = Field(512, ge=16)
     strict_schema: bool = Field(True, description="False for cloud APIs whose strict mode forbids free-form objects")
+    policy_chars: int | None = Field(None, ge=100, description="cut the domain policy in prompts to this many "
+                                     "characters (small local models have short contexts); None keeps it whole")
+    observation_chars: int = Field(4000, ge=100, description="longest tool result or user reply in prompts")
 
 
 Engines = Annotated[SimEngines | OpenAIEngines, Field(discriminator="kind")]

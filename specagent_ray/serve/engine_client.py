@@ -143,7 +143,8 @@ class OpenAIEngineClient:
         return {"verify": [self.verify_batch]}
 
     def models(self, session: Session, catalog: Catalog) -> tuple[Any, Any, Any]:
-        prompt = PromptConfig(policy=catalog.policy)
+        policy = catalog.policy[: self.cfg.policy_chars] if self.cfg.policy_chars else catalog.policy
+        prompt = PromptConfig(policy=policy, observation_chars=self.cfg.observation_chars)
         headers = lambda: {**traceparent_headers(), "x-session-id": session.id}
         kw = {"max_tokens": self.cfg.max_tokens, "temperature": 0.0, "headers": headers}
         weak_llm = LLMPolicy(self.drafter, prompt, catalog.schemas, **kw)

@@ -48,11 +48,12 @@ class Cluster:
 
     async def crash_and_restart(self) -> Coordinator:
         old = self.coordinator
-        old._flusher.cancel()  # nothing more reaches the log: what is not durable is lost, as in a crash
+        old.log.store = None  # nothing more reaches the log: what is not durable is lost, as in a crash
+        old._flusher.cancel()
         for s in old.sessions.values():
             if s.runner is not None:
                 s.runner.cancel()
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # a disk write already under way in a thread completes, as it would
         self.coordinator = self._new()
         await self.coordinator.start()
         return self.coordinator
