@@ -146,14 +146,13 @@ class Session:
 
     @contextmanager
     def waiting_for_log(self) -> Iterator[None]:
-        """Waiting for the session log's disk write (group commit): reported apart from overhead."""
+        """Waiting for the session log's disk write (group commit): outside, and reported apart."""
         start = self.clock()
         try:
-            yield
+            with self.outside():
+                yield
         finally:
-            waited = self.clock() - start
-            self._outside += waited
-            self.log_waits.append(waited)
+            self.log_waits.append(self.clock() - start)
 
     # -- staged writes ----------------------------------------------------------------------------
 
