@@ -67,16 +67,18 @@ class SimEngineDeployment:
 
 @serve.deployment(name="Coordinator", num_replicas=1, max_ongoing_requests=BUSY)
 class CoordinatorDeployment:
-    async def __init__(self, cfg: dict[str, Any], tool_host: DeploymentHandle,
+    async def __init__(self, cfg: dict[str, Any], tool_hosts: list[DeploymentHandle],
                      drafter: DeploymentHandle | None = None, verifier: DeploymentHandle | None = None):
         from ..storage import open_store
         from .coordinator import Coordinator
         from .handles import Served
+        from .tool_host import ShardedToolHost
 
         config = AppConfig.model_validate(cfg)
         for chatty in ("httpx", "LiteLLM", "openai"):
             logging.getLogger(chatty).setLevel(logging.WARNING)
-        self.coordinator = Coordinator(config, _engines(config, drafter, verifier), Served(tool_host),
+        tools = ShardedToolHost([Served(h) for h in tool_hosts])
+        self.coordinator = Coordinator(config, _engines(config, drafter, verifier), tools,
                                        open_store(config.session_log))
         self._metrics()
         await self.coordinator.start()
@@ -147,7 +149,10 @@ def build_app(args: dict[str, Any]) -> serve.Application:
     """The application for one ``AppConfig`` dict (validated here: a bad field fails the deploy)."""
     config = AppConfig.model_validate(args)
     cfg = config.model_dump(mode="json")
-    tool_host = ToolHostDeployment.options(num_replicas=config.tool_hosts).bind(cfg)
+    # One single-replica deployment per shard: a session's calls must all reach the replica holding its
+    # environment, which Serve's default router (any replica) would not guarantee.
+    tool_hosts = [ToolHostDeployment.options(name="ToolHost" + (f"-{i}" if i else ""), num_replicas=1).bind(cfg)
+                  for i in range(config.tool_hosts)]
     drafter = verifier = None
     if isinstance(config.engines, SimEngines):
         engines = config.engines.model_dump(mode="json")
@@ -155,5 +160,5 @@ def build_app(args: dict[str, Any]) -> serve.Application:
             .bind("drafter", engines)
         verifier = SimEngineDeployment.options(name="SimVerifier", num_replicas=config.engines.verifier_replicas) \
             .bind("verifier", engines)
-    coordinator = CoordinatorDeployment.bind(cfg, tool_host, drafter, verifier)
+    coordinator = CoordinatorDeployment.bind(cfg, tool_hosts, drafter, verifier)
     return _gateway_class(cfg).bind(coordinator)

@@ -80,6 +80,8 @@ class CoordinatorConfig(Strict):
     verify_attempts: int = Field(2, ge=1, le=5, description="tries before the fallback to a strong step")
     verify_timeout_s: float = Field(120.0, gt=0)
     retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429")
+    retain_finished: int = Field(10_000, ge=1, description="finished sessions kept in memory for their "
+                                 "trajectory; older ones are dropped (their records stay in the session log)")
 
 
 class GatewayConfig(Strict):
@@ -155,6 +157,7 @@ class AppConfig(Strict):
     coordinator: CoordinatorConfig = CoordinatorConfig()
     gateway: GatewayConfig = GatewayConfig()
     tool_sources: dict[str, ToolSource] = {"airline": Tau2Source(domain="airline")}
-    tool_hosts: int = Field(1, ge=1, le=64, description="tool host replicas (tau2 environments, MCP clients)")
+    tool_hosts: int = Field(1, ge=1, le=64, description="tool host shards (tau2 environments, MCP clients); "
+                            "sessions are spread over them by a hash of their id")
     defaults: SessionDefaults = SessionDefaults()
     session_log: str = ".specagent/sessions"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 import os
 import secrets
 import time
@@ -71,6 +72,9 @@ class Coordinator:
         self.env = dict(os.environ if env is None else env)
         self.clock = clock
         self.sessions: dict[str, Session] = {}
+        self._running: set[str] = set()
+        self._finished: deque[str] = deque()  # in order of finishing; the oldest are dropped first
+        self.metrics = Metrics()
         self._catalogs: dict[str, Catalog] = {}
         self._dirty: set[Session] = set()
         self._wake = asyncio.Event()
@@ -116,6 +120,7 @@ class Coordinator:
         self.log.append(sid, record)
         self._dirty.add(self.sessions[sid])
         self._wake.set()
+        self.metrics.count(record)
         if record["t"] == "verifier_fallback":
             self.on_fallback("verifier")
 
@@ -178,24 +183,19 @@ class Coordinator:
     def stats(self) -> dict[str, Any]:
         from .reports import percentiles
 
-        by_status: dict[str, int] = {}
-        for s in self.sessions.values():
-            by_status[s.status] = by_status.get(s.status, 0) + 1
-        overheads = [o for s in self.sessions.values() for o in s.overheads]
+        m = self.metrics
         batches = {name: _merged(b.sizes for b in group) for name, group in self.engines.batchers().items()}
-        return {"sessions": by_status, "committed_steps": sum(len(s.steps) for s in self.sessions.values()),
-                "overhead_s": percentiles(overheads),
-                "intent_log_wait_s": percentiles([w for s in self.sessions.values() for w in s.log_waits]),
-                "batch_sizes": batches, "queued": self.engines.queued(),
-                "log_flushes": self.log.flushes, "resumed": self.resumed,
-                "fallbacks": sum(1 for s in self.sessions.values() for e in s.events if e["t"] == "verifier_fallback"),
-                "redrafts": sum(1 for s in self.sessions.values() for e in s.events if e["t"] == "redraft")}
+        return {"sessions": {"running": len(self._running), **m.finished}, "in_memory": len(self.sessions),
+                "committed_steps": m.committed_steps, "overhead_s": percentiles(m.overheads),
+                "intent_log_wait_s": percentiles(m.log_waits), "batch_sizes": batches,
+                "queued": self.engines.queued(), "log_flushes": self.log.flushes, "resumed": self.resumed,
+                "fallbacks": m.fallbacks, "redrafts": m.redrafts}
 
     # -- checks -----------------------------------------------------------------------------------------
 
     def _admit(self) -> None:
         c = self.cfg.coordinator
-        running = sum(1 for s in self.sessions.values() if s.status not in FINISHED)
+        running = len(self._running)
         if running >= c.max_sessions:
             raise Overloaded(f"{running} sessions running, the limit is {c.max_sessions}", c.retry_after_s)
         if self.engines.queued() >= c.queue_limit:
@@ -205,7 +205,8 @@ class Coordinator:
     def _get(self, sid: str) -> Session:
         s = self.sessions.get(sid)
         if s is None:
-            raise NotFound(f"no session {sid!r}")
+            raise NotFound(f"no session {sid!r} (finished sessions are kept for the last "
+                           f"{self.cfg.coordinator.retain_finished})")
         return s
 
     def _live(self, sid: str) -> Session:
@@ -283,9 +284,24 @@ class Coordinator:
     def _session(self, sid: str, req: CreateSession, task: Task) -> Session:
         source = self.cfg.tool_sources[req.tool_source]
         domain = source.domain if isinstance(source, Tau2Source) else ""
-        s = Session(sid, req, task, self._append, self.clock, domain=domain)
+        s = Session(sid, req, task, self._append, self.clock, domain=domain,
+                    overheads=self.metrics.overheads, log_waits=self.metrics.log_waits)
         self.sessions[sid] = s
+        self._running.add(sid)
         return s
+
+    async def _finished_session(self, s: Session) -> None:
+        """Account a session's end, free its tool environment, and drop the oldest finished sessions
+        past ``retain_finished`` from memory (their records stay in the log)."""
+        self._running.discard(s.id)
+        self.metrics.finished[s.status] = self.metrics.finished.get(s.status, 0) + 1
+        self._finished.append(s.id)
+        while len(self._finished) > self.cfg.coordinator.retain_finished:
+            self.sessions.pop(self._finished.popleft(), None)
+        try:
+            await self.tool_host.close_session(s.id)
+        except Exception:  # noqa: BLE001 - a leaked environment is not worth failing a finished session
+            log.warning("could not close session %s's tool environments", s.id, exc_info=True)
 
     def _parts(self, s: Session, catalog: Catalog) -> Parts:
         weak, strong, verifier = self.engines.models(s, catalog)
@@ -340,6 +356,7 @@ class Coordinator:
             log.exception("session %s failed", s.id)
             s.status, s.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
         s.record("final", status=s.status, termination=s.termination, error=s.error)
+        await self._finished_session(s)
 
     async def _finish_intents(self, s: Session, tools: SessionTools) -> None:
         """Writes whose intent was logged but whose step was not committed before a restart: run them
@@ -381,7 +398,9 @@ class Coordinator:
             elif kind == "final":
                 s.status, s.termination, s.error = r["status"], r["termination"], r["error"]
         s._calls_logged = len(s.ledger.calls)
+        self.metrics.committed_steps += len(s.steps)
         if s.status in FINISHED:
+            await self._finished_session(s)
             return
         answered = sum(1 for x in s.steps if x.action.kind is ActionKind.MESSAGE) if req.user == "client" else 0
         for message in posted[answered:]:
@@ -396,6 +415,26 @@ class Coordinator:
         grader = Grader(Tau2Domain.load(s.domain))
         trajectory = Trajectory(History(s.task, tuple(s.steps)), Termination(s.termination))
         return grader.reward(s.task.id, trajectory, s.task.instruction)
+
+
+class Metrics:
+    """Running totals for ``stats()``, kept as records are appended (no rescans). Overhead and log-wait
+    samples are bounded to the most recent ``keep``."""
+
+    def __init__(self, keep: int = 200_000):
+        self.committed_steps = self.fallbacks = self.redrafts = 0
+        self.finished: dict[str, int] = {}
+        self.overheads: deque[float] = deque(maxlen=keep)
+        self.log_waits: deque[float] = deque(maxlen=keep)
+
+    def count(self, record: dict[str, Any]) -> None:
+        kind = record["t"]
+        if kind == "commit":
+            self.committed_steps += len(record["steps"])
+        elif kind == "verifier_fallback":
+            self.fallbacks += 1
+        elif kind == "redraft":
+            self.redrafts += 1
 
 
 def _merged(counters) -> dict[int, int]:

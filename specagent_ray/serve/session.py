@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, MutableSequence, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,8 +78,9 @@ class Session:
     error: str | None = None
     reward: float | None = None
     runner: asyncio.Task | None = None
-    overheads: list[float] = field(default_factory=list)  # coordinator time per committed step, s
-    log_waits: list[float] = field(default_factory=list)  # waits for an intent to be durable, s
+    # Samples go to these sinks; the coordinator passes its own bounded ones, shared by all sessions.
+    overheads: MutableSequence[float] = field(default_factory=list)  # coordinator time per committed step, s
+    log_waits: MutableSequence[float] = field(default_factory=list)  # waits for an intent to be durable, s
     _calls_logged: int = 0
     _last_staged: str | None = None
     _key_of: dict[str, str] = field(default_factory=dict)  # action key -> idempotency key (uncommitted)

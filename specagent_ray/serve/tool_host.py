@@ -10,8 +10,9 @@ side, which is what the at-most-once tests read.
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..protocol.types import Observation, ToolCall
@@ -101,3 +102,26 @@ class ToolHost:
 
     def stats(self) -> dict[str, Any]:
         return {"write_executions": dict(self.write_executions), "environments": len(self._envs)}
+
+
+class ShardedToolHost:
+    """Several tool hosts as one. Guarantees: every call of one session goes to the same shard (by a
+    stable hash of its id, the same after a coordinator restart), so its tau2 environment and the
+    idempotency record of its writes live in one place. ``shards`` are handles (see handles.py)."""
+
+    def __init__(self, shards: Sequence[Any]):
+        if not shards:
+            raise ValueError("at least one tool host")
+        self.shards = list(shards)
+
+    def shard(self, session_id: str) -> Any:
+        return self.shards[zlib.crc32(session_id.encode()) % len(self.shards)]
+
+    async def execute(self, source: str, session_id: str, call: ToolCall, key: str | None = None) -> Observation:
+        return await self.shard(session_id).execute(source, session_id, call, key)
+
+    async def describe(self, source: str) -> dict[str, dict[str, Any]]:
+        return await self.shards[0].describe(source)
+
+    async def close_session(self, session_id: str) -> None:
+        await self.shard(session_id).close_session(session_id)

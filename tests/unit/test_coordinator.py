@@ -20,7 +20,7 @@ from specagent_ray.serve.engine_client import SimEngineClient
 from specagent_ray.serve.errors import BadRequest, Conflict, NotFound, Overloaded
 from specagent_ray.serve.handles import Local
 from specagent_ray.serve.sim_engine import SimEngine
-from specagent_ray.serve.tool_host import ToolHost
+from specagent_ray.serve.tool_host import ShardedToolHost, ToolHost
 from specagent_ray.storage.local import LocalStore
 
 FAST = LatencyModel(draft_base_s=0.001, draft_per_request_s=0, verify_base_s=0.002, verify_per_request_s=0,
@@ -35,16 +35,18 @@ def config(**coord) -> AppConfig:
 class Cluster:
     """The deployments of one app, in process; ``restart()`` replaces only the coordinator."""
 
-    def __init__(self, tmp_path, cfg: AppConfig):
+    def __init__(self, tmp_path, cfg: AppConfig, tool_hosts: int = 1):
         self.cfg, self.store = cfg, LocalStore(tmp_path / "log")
         self.drafter = SimEngine("drafter", cfg.engines)
         self.verifier = SimEngine("verifier", cfg.engines)
-        self.tools = ToolHost(cfg.tool_sources)
+        self.hosts = [ToolHost(cfg.tool_sources) for _ in range(tool_hosts)]
+        self.tools = self.hosts[0]
         self.coordinator = self._new()
 
     def _new(self) -> Coordinator:
         engines = SimEngineClient(Local(self.drafter), Local(self.verifier), self.cfg.engines, self.cfg.coordinator)
-        return Coordinator(self.cfg, engines, Local(self.tools), self.store)
+        tools = ShardedToolHost([Local(h) for h in self.hosts]) if len(self.hosts) > 1 else Local(self.tools)
+        return Coordinator(self.cfg, engines, tools, self.store)
 
     async def crash_and_restart(self) -> Coordinator:
         old = self.coordinator
@@ -81,7 +83,8 @@ async def test_sessions_run_to_completion_with_batched_verifies_and_a_durable_lo
     sids = [(await coord.create(sim(str(i % 10), trial=i)))["session_id"] for i in range(30)]
     await finish(coord, sids)
     stats = coord.stats()
-    assert stats["sessions"] == {"done": 30}
+    assert stats["sessions"] == {"running": 0, "done": 30}
+    assert stats["committed_steps"] == sum(len(s.steps) for s in coord.sessions.values())
     sizes = stats["batch_sizes"]["verify"]
     assert max(sizes) > 1, sizes  # verify requests of different sessions shared a batch
     assert 0 < stats["overhead_s"]["n"] <= stats["committed_steps"]  # one sample per commit
@@ -91,6 +94,40 @@ async def test_sessions_run_to_completion_with_batched_verifies_and_a_durable_lo
     replayed = coord.log.replay()
     assert set(replayed) == set(sids)
     assert all(records[-1]["t"] == "final" for records in replayed.values())
+
+
+async def test_finished_sessions_free_their_tool_environments_and_only_the_newest_stay_in_memory(tmp_path):
+    cluster = Cluster(tmp_path, config(retain_finished=2))
+    coord = cluster.coordinator
+    await coord.start()
+    sids = []
+    for i in range(4):  # one after the other, so that no reader races an eviction
+        sids.append((await coord.create(sim(str(i), trial=i)))["session_id"])
+        await finish(coord, sids[-1:])
+    assert cluster.tools.stats()["environments"] == 0  # every tau2 environment was closed at the end
+    stats = coord.stats()
+    assert stats["in_memory"] == 2 and stats["sessions"] == {"running": 0, "done": 4}
+    await coord.trajectory(sids[2])
+    await coord.trajectory(sids[3])
+    with pytest.raises(NotFound, match="kept for the last 2"):
+        await coord.trajectory(sids[0])
+    assert set(coord.log.replay()) == set(sids)  # dropped from memory, not from the log
+
+
+async def test_sharded_tool_hosts_keep_each_sessions_calls_on_one_shard(tmp_path):
+    cluster = Cluster(tmp_path, config(), tool_hosts=3)
+    coord = cluster.coordinator
+    await coord.start()
+    sids = [(await coord.create(sim(str(i), trial=i)))["session_id"] for i in range(12)]
+    await finish(coord, sids)
+    assert coord.stats()["sessions"] == {"running": 0, "done": 12}
+    used = set()
+    for i, host in enumerate(cluster.hosts):
+        owners = {key.split(":")[0] for key in host.write_executions}
+        assert all(coord.tool_host.shards.index(coord.tool_host.shard(sid)) == i for sid in owners)
+        used |= {i} if owners else set()
+        assert host.stats()["environments"] == 0
+    assert len(used) >= 2  # the sessions were spread, not all on one shard
 
 
 async def test_events_stream_in_order_and_end_with_final(tmp_path):
@@ -140,7 +177,7 @@ async def test_lost_drafter_mid_run_redrafts_and_sessions_complete(tmp_path):
     await coord.start()
     sids = [(await coord.create(sim(str(i))))["session_id"] for i in range(4)]
     await finish(coord, sids)
-    assert coord.stats()["sessions"] == {"done": 4}
+    assert coord.stats()["sessions"] == {"running": 0, "done": 4}
     assert coord.stats()["redrafts"] >= 1
 
 
