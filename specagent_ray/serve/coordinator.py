@@ -185,7 +185,8 @@ class Coordinator:
 
         m = self.metrics
         batches = {name: _merged(b.sizes for b in group) for name, group in self.engines.batchers().items()}
-        return {"sessions": {"running": len(self._running), **m.finished}, "in_memory": len(self.sessions),
+        return {"engines": self.cfg.engines.kind, "sessions": {"running": len(self._running), **m.finished},
+                "in_memory": len(self.sessions),
                 "committed_steps": m.committed_steps, "overhead_s": percentiles(m.overheads),
                 "intent_log_wait_s": percentiles(m.log_waits), "batch_sizes": batches,
                 "queued": self.engines.queued(), "log_flushes": self.log.flushes, "resumed": self.resumed,

@@ -1,0 +1,117 @@
+"""``specagent-ray loadtest``: argument parsing and the run, with a progress bar and the outputs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .report import print_summary, summarize, write_outputs
+from .runner import LoadAborted, LoadConfig, LoadRun
+from .workload import Workload, parse_mix
+
+EPILOG = """examples:
+  specagent-ray loadtest                                       # sim profile on local Ray, 50 sessions, 60 s
+  specagent-ray loadtest --concurrency 1000 --sessions 100000 --duration-s 300 --out results/load-1000
+  specagent-ray loadtest --mode open --rate 20 --duration-s 120
+  SPECAGENT_API_KEY=... specagent-ray loadtest --url http://specagent.example:8000 --user tau2 --concurrency 64
+
+Without --url, the load generator deploys --profile on a fresh local Ray instance and targets it on
+127.0.0.1 (its dev key is used). With --url, the key comes from the environment variable --api-key-env.
+Every run is bounded: no session starts after --duration-s or past --sessions, in-flight sessions get
+--drain-s to finish and are then cancelled, and --max-errors errors stop the run early. Exit status: 0
+with no errors, 1 with errors or unfinished sessions, 2 when the run could not start."""
+
+
+def add_parser(sub: Any) -> None:
+    lt = sub.add_parser("loadtest", help="load generator against a gateway over HTTP (closed or open loop)",
+                        epilog=EPILOG, formatter_class=_Formatter)
+    where = lt.add_argument_group("target")
+    where.add_argument("--url", default=None, help="gateway base URL; default: deploy --profile locally")
+    where.add_argument("--profile", default="sim", help="profile deployed when --url is not given")
+    where.add_argument("--api-key-env", default="SPECAGENT_API_KEY", help="environment variable holding the API key")
+    load = lt.add_argument_group("load")
+    load.add_argument("--mode", choices=("closed", "open"), default="closed",
+                      help="closed: --concurrency sessions always in flight; open: --rate arrivals per second")
+    load.add_argument("--concurrency", type=int, default=50, help="closed: sessions in flight; open: cap (shed above)")
+    load.add_argument("--rate", type=float, default=5.0, help="open loop: session arrivals per second (Poisson)")
+    load.add_argument("--sessions", type=int, default=10_000, help="most sessions started")
+    load.add_argument("--duration-s", type=float, default=60.0, help="no session starts after this")
+    load.add_argument("--drain-s", type=float, default=60.0, help="time in-flight sessions get to finish afterwards")
+    load.add_argument("--ramp-s", type=float, default=None, help="closed loop: start workers over this "
+                      "(default: a tenth of --duration-s, at most 10 s)")
+    load.add_argument("--max-errors", type=int, default=20, help="stop early at this many errors")
+    load.add_argument("--timeout-s", type=float, default=60.0, help="per HTTP request")
+    load.add_argument("--seed", type=int, default=0, help="open-loop arrival times")
+    work = lt.add_argument_group("workload")
+    work.add_argument("--tasks", default="airline:0-19,retail:0-19",
+                      help="task mix, SOURCE:ID or SOURCE:FIRST-LAST, comma-separated (tool sources of the server)")
+    work.add_argument("--user", choices=("simulated", "tau2"), default="simulated",
+                      help="simulated: the scripted tau2 customer (sim engines); tau2: tau2's LLM user (model engines)")
+    work.add_argument("--method", default="specagent", help="method of the load sessions")
+    work.add_argument("--k", type=int, default=None, help="most steps drafted per block (server default if unset)")
+    work.add_argument("--max-steps", type=int, default=None, help="committed-step guard per session")
+    work.add_argument("--baseline-sessions", type=int, default=20,
+                      help="afterwards, this many Strong-only sessions on the same (task, trial)s, for the "
+                           "strong-token savings (0: skip)")
+    work.add_argument("--baseline-method", default="strong", help="the baseline's method")
+    lt.add_argument("--out", type=Path, default=Path("results/loadtest"), help="folder for JSON, CSV and PNG")
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def config_from(args: argparse.Namespace, url: str, api_key: str) -> LoadConfig:
+    workload = Workload(parse_mix(args.tasks), user=args.user, method=args.method, k=args.k, max_steps=args.max_steps)
+    ramp = args.ramp_s if args.ramp_s is not None else min(10.0, args.duration_s / 10)
+    return LoadConfig(url=url, api_key=api_key, workload=workload, mode=args.mode, concurrency=args.concurrency,
+                      rate=args.rate, sessions=args.sessions, duration_s=args.duration_s, drain_s=args.drain_s,
+                      ramp_s=ramp, max_errors=args.max_errors, baseline_sessions=args.baseline_sessions,
+                      baseline_method=args.baseline_method, request_timeout_s=args.timeout_s, seed=args.seed)
+
+
+def run_loadtest(args: argparse.Namespace, console: Console) -> int:
+    config_from(args, "http://127.0.0.1", "-")  # bad arguments fail before anything is deployed
+    if args.url:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            raise ValueError(f"set the API key in ${args.api_key_env} (or pick another variable with --api-key-env)")
+        return _run(config_from(args, args.url, key), args.out, console)
+    from ..serve.workload import local_cluster
+    from ..testing.http import free_port
+
+    console.print(f"deploying the {args.profile} profile on a local Ray instance...")
+    overrides = {"coordinator": {"max_sessions": max(2000, 2 * args.concurrency),
+                                 "queue_limit": max(4096, 8 * args.concurrency)}}
+    with local_cluster(args.profile, free_port(), overrides) as url:
+        key = os.environ.get(args.api_key_env) or "dev-key"
+        return _run(config_from(args, url, key), args.out, console)
+
+
+def _run(cfg: LoadConfig, out: Path, console: Console) -> int:
+    bound = cfg.duration_s + cfg.drain_s
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
+                  transient=True) as progress:
+        bar = progress.add_task("starting", total=bound)
+
+        def tick(snap: dict[str, Any]) -> None:
+            progress.update(bar, completed=min(snap["t"], bound),
+                            description=f"in flight {snap['in_flight']:>5}  done {snap['done']:>6}  "
+                                        f"steps {snap['steps']:>7}  errors {snap['errors']}")
+        try:
+            result = asyncio.run(LoadRun(cfg, on_tick=tick).run())
+        except LoadAborted as exc:
+            console.print(f"[red]load test not started:[/red] {escape(str(exc))}", soft_wrap=True)
+            return 2
+    summary = summarize(result)
+    paths = write_outputs(result, summary, out)
+    print_summary(console, summary)
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+    return 0 if summary["sessions"]["errors"] == 0 and summary["sessions"]["unfinished"] == 0 else 1

@@ -1,0 +1,69 @@
+"""The real gateway and coordinator in one process, on a loopback port, without Ray: simulated engine
+replicas and the tool host are local objects (``handles.Local``). For fast tests of HTTP clients such as
+the load generator. ``fail_after=N`` makes every request after the first N answer 500, as a broken
+server would mid-run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..serve.config import AppConfig, LatencyModel, SimEngines
+from .http import serve_in_thread
+
+FAST = LatencyModel(draft_base_s=0.002, draft_per_request_s=0, verify_base_s=0.004, verify_per_request_s=0,
+                    step_base_s=0.002)
+
+
+class FailAfter:
+    """ASGI middleware: the first ``n`` HTTP requests pass, every later one gets 500."""
+
+    def __init__(self, app: Any, n: int):
+        self.app, self.n, self.seen = app, n, 0
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.seen += 1
+            if self.seen > self.n:
+                body = json.dumps({"detail": "injected failure"}).encode()
+                await send({"type": "http.response.start", "status": 500,
+                            "headers": [(b"content-type", b"application/json")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+@contextmanager
+def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: LatencyModel = FAST,
+                       **coordinator: Any) -> Iterator[str]:
+    """Yields the base URL of a gateway (API key ``dev-key``) over an in-process sim coordinator."""
+    from ..serve.coordinator import Coordinator
+    from ..serve.engine_client import SimEngineClient
+    from ..serve.gateway import make_api
+    from ..serve.handles import Local
+    from ..serve.sim_engine import SimEngine
+    from ..serve.tool_host import ToolHost
+    from ..storage.local import LocalStore
+
+    cfg = AppConfig.model_validate({
+        "engines": SimEngines(latency=latency).model_dump(), "coordinator": coordinator,
+        "gateway": {"dev_api_key": "dev-key", "coordinator_retry_s": 1.0},
+        "tool_sources": {"airline": {"kind": "tau2", "domain": "airline"},
+                         "retail": {"kind": "tau2", "domain": "retail"}}})
+    engines = SimEngineClient(Local(SimEngine("drafter", cfg.engines)), Local(SimEngine("verifier", cfg.engines)),
+                              cfg.engines, cfg.coordinator)
+    coord = Coordinator(cfg, engines, Local(ToolHost(cfg.tool_sources)), LocalStore(log_dir))
+
+    async def call(method: str, *args: Any) -> Any:
+        await coord.start()  # in the server's own event loop; a no-op after the first call
+        result = getattr(coord, method)(*args)
+        return await result if hasattr(result, "__await__") else result
+
+    app: Any = make_api(call, cfg.gateway, lambda: frozenset({"dev-key"}))
+    if fail_after is not None:
+        app = FailAfter(app, fail_after)
+    with serve_in_thread(app) as url:
+        yield url
