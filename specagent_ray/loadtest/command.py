@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +89,13 @@ def run_loadtest(args: argparse.Namespace, console: Console) -> int:
     from ..testing.http import free_port
 
     console.print(f"deploying the {args.profile} profile on a local Ray instance...")
-    overrides = {"coordinator": {"max_sessions": max(2000, 2 * args.concurrency),
-                                 "queue_limit": max(4096, 8 * args.concurrency)}}
-    with local_cluster(args.profile, free_port(), overrides) as url:
-        key = os.environ.get(args.api_key_env) or "dev-key"
-        return _run(config_from(args, url, key), args.out, console)
+    with tempfile.TemporaryDirectory(prefix="specagent-loadtest-log-") as log:
+        overrides = {"session_log": log,  # a fresh log: nothing from earlier runs is replayed
+                     "coordinator": {"max_sessions": max(2000, 2 * args.concurrency),
+                                     "queue_limit": max(4096, 8 * args.concurrency)}}
+        with local_cluster(args.profile, free_port(), overrides) as url:
+            key = os.environ.get(args.api_key_env) or "dev-key"
+            return _run(config_from(args, url, key), args.out, console)
 
 
 def _run(cfg: LoadConfig, out: Path, console: Console) -> int:

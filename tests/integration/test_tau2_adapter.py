@@ -101,3 +101,37 @@ def test_zero_error_strong_only_solves_every_task(domain, n):
     rewards = [asyncio.run(solve(t)) for t in d.tasks]
     assert len(rewards) == n
     assert sum(rewards) == n
+
+
+
+def check_copy_on_read(domain: str, limit: int | None) -> None:
+    """Gold actions run in a copy-on-read environment and in a full copy of the DB leave identical DB
+    hashes, and the shared pristine DB is never changed."""
+    import pickle
+
+    from specagent_ray.tools.tau2 import _shared_db
+
+    d = Tau2Domain.load(domain)
+    pristine_hash = d._make_env(db=pickle.loads(d._pristine)).get_db_hash()
+    tasks = [t for t in d.tasks.values() if any(d.effect(a.name) is Effect.WRITE
+                                                for a in t.evaluation_criteria.actions or ())][:limit]
+    assert len(tasks) >= min(limit or 20, 20)
+    for task in tasks:
+        lazy, full = Tau2Tools(d), Tau2Tools(d, env=d._make_env(db=pickle.loads(d._pristine)))
+        for action in task.evaluation_criteria.actions or ():
+            call = ToolCall(action.name, action.arguments)
+            assert asyncio.run(lazy.execute(call)) == asyncio.run(full.execute(call)), (task.id, action.name)
+        assert lazy.env.get_db_hash() == full.env.get_db_hash(), task.id
+    shared = d._make_env(db=pickle.loads(pickle.dumps(_shared_db(domain, d._pristine))))
+    assert shared.get_db_hash() == pristine_hash
+
+
+@pytest.mark.parametrize("domain", ["airline", "retail"])
+def test_copy_on_read_environments_end_in_the_same_db_as_full_copies(domain):
+    check_copy_on_read(domain, limit=6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain", ["airline", "retail"])
+def test_copy_on_read_environments_match_full_copies_on_every_task(domain):
+    check_copy_on_read(domain, limit=None)
