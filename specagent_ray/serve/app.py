@@ -26,9 +26,12 @@ from ray.serve.handle import DeploymentHandle
 from .config import AppConfig, SimEngines
 
 BUSY = 100_000  # long-polling event streams hold requests open; the coordinator must not queue them
+# Inner deployments answer several calls per committed step; an access-log line for each costs CPU and
+# says nothing the session log does not. The gateway (the ingress) keeps Serve's access log.
+QUIET = {"enable_access_log": False}
 
 
-@serve.deployment(name="ToolHost", max_ongoing_requests=BUSY)
+@serve.deployment(name="ToolHost", max_ongoing_requests=BUSY, logging_config=QUIET)
 class ToolHostDeployment:
     def __init__(self, cfg: dict[str, Any]):
         from .tool_host import ToolHost
@@ -48,7 +51,7 @@ class ToolHostDeployment:
         return self.host.stats()
 
 
-@serve.deployment(name="SimEngine", max_ongoing_requests=1000)
+@serve.deployment(name="SimEngine", max_ongoing_requests=1000, logging_config=QUIET)
 class SimEngineDeployment:
     def __init__(self, role: str, engines: dict[str, Any]):
         from .sim_engine import SimEngine
@@ -65,7 +68,7 @@ class SimEngineDeployment:
         return self.engine.ping()
 
 
-@serve.deployment(name="Coordinator", num_replicas=1, max_ongoing_requests=BUSY)
+@serve.deployment(name="Coordinator", num_replicas=1, max_ongoing_requests=BUSY, logging_config=QUIET)
 class CoordinatorDeployment:
     async def __init__(self, cfg: dict[str, Any], tool_hosts: list[DeploymentHandle],
                      drafter: DeploymentHandle | None = None, verifier: DeploymentHandle | None = None):
