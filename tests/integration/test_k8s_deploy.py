@@ -1,0 +1,156 @@
+"""The cpu-dev overlay's serveConfigV2, as KubeRay would submit it, on a real local Ray head.
+
+Renders k8s/overlays/cpu-dev, takes the RayService's serveConfigV2, starts `ray start --head` (own temp
+dir, free ports, dashboard on, because `serve deploy` talks to the dashboard like KubeRay does), runs
+`serve deploy`, waits for every application to be RUNNING and drives one simulated tau2 session through
+the gateway to its final event. Only the bits that belong to the pod, not to this machine, are changed:
+the HTTP host and port (loopback and a free port instead of 0.0.0.0:8000 on a shared machine) and the
+session log folder (a temp dir instead of the worker's working directory).
+
+Teardown stops only this test's Ray processes (the `ray start --block` process tree, and anything
+carrying this test's temp dir): `ray stop` would stop every Ray instance on the machine.
+Run it under `flock /tmp/specagent-ray.lock` on shared machines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+pytest.importorskip("ray")
+import psutil
+
+from specagent_ray.serve.client import GatewayClient
+from specagent_ray.testing.http import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+KEY = "dev-key"
+
+
+def rendered_serve_config(out: Path) -> dict:
+    assert shutil.which("kubectl"), "kubectl not found on PATH: needed to render k8s/overlays/cpu-dev"
+    env = {**os.environ, "RENDER_DIR": str(out), "PYTHON": sys.executable}
+    done = subprocess.run([str(REPO / "k8s" / "render.sh"), "cpu-dev"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all((out / "cpu-dev.yaml").read_text()) if d]
+    (service,) = [d for d in docs if d["kind"] == "RayService"]
+    return yaml.safe_load(service["spec"]["serveConfigV2"])
+
+
+def ray_env() -> dict[str, str]:
+    """No address from the caller's shell; token auth off explicitly (Ray 2.60 turns it on when a token
+    file exists in ~/.ray, and the CLI and the head must agree): a loopback-only test cluster."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return {**env, "RAY_AUTH_MODE": "disabled"}
+
+
+def start_head(temp_dir: str) -> tuple[subprocess.Popen, int]:
+    dashboard = free_port()
+    ports = {"--port": free_port(), "--dashboard-port": dashboard, "--ray-client-server-port": free_port(),
+             "--dashboard-agent-listen-port": free_port(), "--dashboard-agent-grpc-port": free_port(),
+             "--runtime-env-agent-port": free_port(), "--metrics-export-port": free_port(),
+             "--node-manager-port": free_port(), "--object-manager-port": free_port()}
+    cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "8",
+           "--include-dashboard", "true", "--dashboard-host", "127.0.0.1", "--temp-dir", temp_dir,
+           "--object-store-memory", "100000000", "--disable-usage-stats",
+           *[str(x) for kv in ports.items() for x in kv]]
+    env = ray_env()
+    log = open(Path(temp_dir) / "ray-start.log", "w")  # noqa: SIM115 (closed with the process)
+    proc = subprocess.Popen(cmd, cwd=temp_dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, dashboard
+
+
+def wait_for(what: str, check, timeout_s: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"ray start exited with {proc.returncode} while waiting for {what}"
+        try:
+            if check():
+                return
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            last = exc
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last error: {last!r})")
+
+
+def stop_head(proc: subprocess.Popen, temp_dir: str) -> None:
+    """SIGTERM the `ray start --block` tree (it stops what it started), then kill what is left of it."""
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+    strays = [p for p in psutil.process_iter(["cmdline"]) if temp_dir in " ".join(p.info["cmdline"] or [])]
+    for p in {*tree, *strays}:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs([*tree, *strays], timeout=10)
+
+
+async def one_session(url: str) -> list[dict]:
+    async with GatewayClient(url, KEY) as client:
+        created = await client.create(tool_source="airline", task_id="0", user="simulated")
+        return [e async for e in client.events(created["session_id"])]
+
+
+def test_cpu_dev_serve_config_deploys_and_serves_a_session():
+    temp_dir = tempfile.mkdtemp(prefix="sa-k8s-", dir="/tmp")  # short: Ray's socket paths have a length limit
+    try:
+        config = rendered_serve_config(Path(temp_dir) / "rendered")
+        assert config["http_options"]["host"] == "0.0.0.0"  # what the pod binds
+        port = free_port()
+        config["http_options"].update(host="127.0.0.1", port=port)
+        for app in config["applications"]:
+            if app["import_path"] == "specagent_ray.serve.app:build_app":
+                app["args"]["session_log"] = str(Path(temp_dir) / "sessions")
+        deploy_file = Path(temp_dir) / "serveConfigV2.yaml"
+        deploy_file.write_text(yaml.safe_dump(config, sort_keys=False))
+
+        proc, dashboard = start_head(temp_dir)
+        try:
+            dash = f"http://127.0.0.1:{dashboard}"
+            wait_for("the dashboard", lambda: "success" in httpx.get(f"{dash}/api/gcs_healthz", timeout=5).text,
+                     90, proc)
+            done = subprocess.run([str(BIN / "serve"), "deploy", str(deploy_file), "--address", dash],
+                                  capture_output=True, text=True, timeout=120, env=ray_env())
+            assert done.returncode == 0, done.stdout + done.stderr
+
+            def running() -> bool:
+                apps = httpx.get(f"{dash}/api/serve/applications/", timeout=10).json()["applications"]
+                statuses = {name: a["status"] for name, a in apps.items()}
+                assert "DEPLOY_FAILED" not in statuses.values(), apps
+                return set(statuses) == {a["name"] for a in config["applications"]} and \
+                    set(statuses.values()) == {"RUNNING"}
+
+            wait_for("every application RUNNING", running, 150, proc)
+            url = f"http://127.0.0.1:{port}"
+            assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+            events = asyncio.run(asyncio.wait_for(one_session(url), 120))
+            assert events[-1]["t"] == "final" and events[-1]["status"] == "done", events[-1]
+            assert any(e["t"] == "commit" for e in events)
+        finally:
+            stop_head(proc, temp_dir)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
