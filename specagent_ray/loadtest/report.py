@@ -94,10 +94,9 @@ def timeline(result: LoadResult) -> list[dict[str, Any]]:
     committed in that bucket."""
     buckets: dict[int, list[float]] = {}
     for r in result.load():
-        last = r.start_s
+        latencies = iter(r.step_latencies)
         for t, n in r.commits:
-            buckets.setdefault(int(t // BUCKET_S), []).extend([(t - last) / n] * n)
-            last = t
+            buckets.setdefault(int(t // BUCKET_S), []).extend(next(latencies) for _ in range(n))
     flights: dict[int, list[float]] = {}
     for snap in result.timeline:
         flights.setdefault(int(snap["t"] // BUCKET_S), []).append(snap["in_flight"])
@@ -138,22 +137,23 @@ def plot(summary: dict[str, Any], path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None  # the bench extra is not installed; the JSON and CSV hold the same figures
-    rows = [r for r in summary["timeline"] if r["p50_s"] is not None and r["in_flight"] is not None]
+    flight = [r for r in summary["timeline"] if r["in_flight"] is not None]
+    rows = [r for r in flight if r["p50_s"] is not None]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    t = [r["t"] for r in rows]
-    left.plot(t, [r["in_flight"] for r in rows], color="tab:gray", label="sessions in flight")
+    left.plot([r["t"] for r in flight], [r["in_flight"] for r in flight], color="tab:gray",
+              label="sessions in flight")
     left.set_xlabel("time since start (s)")
     left.set_ylabel("sessions in flight")
     lat = left.twinx()
     for q, style in (("p50_s", "-"), ("p99_s", "--")):
-        lat.plot(t, [1000 * r[q] for r in rows], style, color="tab:blue", label=f"step latency {q[:3]}")
-    lat.set_ylabel("step latency (ms)")
+        lat.plot([r["t"] for r in rows], [r[q] for r in rows], style, color="tab:blue", label=f"step latency {q[:3]}")
+    lat.set_ylabel("step latency (s)")
     left.legend(loc="upper left")
     lat.legend(loc="upper right")
     for q, marker in (("p50_s", "o"), ("p99_s", "^")):
-        right.scatter([r["in_flight"] for r in rows], [1000 * r[q] for r in rows], marker=marker, label=q[:3])
+        right.scatter([r["in_flight"] for r in rows], [r[q] for r in rows], marker=marker, label=q[:3])
     right.set_xlabel("sessions in flight")
-    right.set_ylabel("step latency (ms)")
+    right.set_ylabel("step latency (s)")
     right.legend()
     engines = "SIMULATED engines" if summary["simulated_engines"] else f"engines: {summary['engines']}"
     fig.suptitle(f"Step latency against load, measured over HTTP ({engines}; {summary['config']['mode']} loop, "

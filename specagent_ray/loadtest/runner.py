@@ -26,6 +26,19 @@ from ..serve.client import GatewayClient, GatewayError
 from .workload import Workload
 
 Mode = Literal["closed", "open"]
+# Commits that reach the client within this long of each other arrived together (one group commit of
+# the session log publishes them at once): one delivery, whose latency its steps share.
+BURST_S = 0.005
+
+
+def step_latencies(start_s: float, deliveries: list[tuple[float, int]]) -> list[float]:
+    """Per committed step: the time since the session's previous delivery (or its start), divided by
+    the steps of this delivery."""
+    out, last = [], start_s
+    for t, n in deliveries:
+        out.extend([(t - last) / n] * n)
+        last = t
+    return out
 
 
 class LoadAborted(Exception):
@@ -80,7 +93,7 @@ class SessionRecord:
     error_kind: str | None = None
     error: str | None = None
     throttled: int = 0  # 429s waited out while creating
-    commits: list[tuple[float, int]] = field(default_factory=list)  # (time, steps in the commit)
+    commits: list[tuple[float, int]] = field(default_factory=list)  # deliveries: (time, steps committed)
     step_latencies: list[float] = field(default_factory=list)  # per committed step, s
     strong_calls: int = 0
     strong_prompt: int = 0
@@ -258,13 +271,13 @@ class LoadRun:
     async def _session(self, client: GatewayClient, body: dict[str, Any], rec: SessionRecord) -> SessionRecord:
         try:
             rec.session_id = (await self._create(client, body, rec))["session_id"]
-            last = rec.start_s
             async for event in client.events(rec.session_id):
                 if event["t"] == "commit":
                     now, n = self.now(), max(1, len(event.get("steps") or ()))
-                    rec.commits.append((now, n))
-                    rec.step_latencies.extend([(now - last) / n] * n)
-                    last = now
+                    if rec.commits and now - rec.commits[-1][0] < BURST_S:  # the same delivery
+                        rec.commits[-1] = (rec.commits[-1][0], rec.commits[-1][1] + n)
+                    else:
+                        rec.commits.append((now, n))
                     if rec.phase == "load":
                         self.steps += n
             traj = await client.trajectory(rec.session_id)
@@ -291,6 +304,7 @@ class LoadRun:
             self._failed(rec, "bad_response", f"{type(exc).__name__}: {exc}")
         finally:
             rec.end_s = self.now()
+            rec.step_latencies = step_latencies(rec.start_s, rec.commits)
         return rec
 
     async def _create(self, client: GatewayClient, body: dict[str, Any], rec: SessionRecord) -> dict[str, Any]:

@@ -190,7 +190,9 @@ class Coordinator:
                 "committed_steps": m.committed_steps, "overhead_s": percentiles(m.overheads),
                 "intent_log_wait_s": percentiles(m.log_waits), "batch_sizes": batches,
                 "queued": self.engines.queued(), "log_flushes": self.log.flushes, "resumed": self.resumed,
-                "fallbacks": m.fallbacks, "redrafts": m.redrafts}
+                "fallbacks": m.fallbacks, "redrafts": m.redrafts,
+                # CPU time of the coordinator's whole process (all threads, Ray's included) since it started
+                "process_cpu_s": round(time.process_time() - m.cpu_at_start, 3)}
 
     # -- checks -----------------------------------------------------------------------------------------
 
@@ -424,6 +426,7 @@ class Metrics:
 
     def __init__(self, keep: int = 200_000):
         self.committed_steps = self.fallbacks = self.redrafts = 0
+        self.cpu_at_start = time.process_time()
         self.finished: dict[str, int] = {}
         self.overheads: deque[float] = deque(maxlen=keep)
         self.log_waits: deque[float] = deque(maxlen=keep)

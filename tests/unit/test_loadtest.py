@@ -129,3 +129,11 @@ def test_a_server_that_starts_failing_mid_run_gives_an_error_summary_and_stops_e
     assert summary["errors_by_kind"].get("http_500", 0) >= 1 and summary["sessions"]["done"] >= 1
     assert "errors by kind" in out and "http_500" in out and "injected failure" in out
     assert "Traceback" not in out
+
+
+def test_commits_delivered_together_share_their_latency():
+    from specagent_ray.loadtest.runner import step_latencies
+
+    # start at 1.0; a delivery of 2 steps at 3.0, then one step at 3.5
+    assert step_latencies(1.0, [(3.0, 2), (3.5, 1)]) == [1.0, 1.0, 0.5]
+    assert step_latencies(0.0, []) == []
