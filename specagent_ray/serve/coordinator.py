@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 import os
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -293,7 +293,7 @@ class Coordinator:
         self._running.add(sid)
         return s
 
-    async def _finished_session(self, s: Session) -> None:
+    async def _finished_session(self, s: Session, close_tools: bool = True) -> None:
         """Account a session's end, free its tool environment, and drop the oldest finished sessions
         past ``retain_finished`` from memory (their records stay in the log)."""
         self._running.discard(s.id)
@@ -301,6 +301,8 @@ class Coordinator:
         self._finished.append(s.id)
         while len(self._finished) > self.cfg.coordinator.retain_finished:
             self.sessions.pop(self._finished.popleft(), None)
+        if not close_tools:
+            return
         try:
             await self.tool_host.close_session(s.id)
         except Exception:  # noqa: BLE001 - a leaked environment is not worth failing a finished session
@@ -403,7 +405,7 @@ class Coordinator:
         s._calls_logged = len(s.ledger.calls)
         self.metrics.committed_steps += len(s.steps)
         if s.status in FINISHED:
-            await self._finished_session(s)
+            await self._finished_session(s, close_tools=False)  # closed when it finished
             return
         answered = sum(1 for x in s.steps if x.action.kind is ActionKind.MESSAGE) if req.user == "client" else 0
         for message in posted[answered:]:
