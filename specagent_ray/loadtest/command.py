@@ -20,6 +20,7 @@ from .workload import Workload, parse_mix
 EPILOG = """examples:
   specagent-ray loadtest                                       # sim profile on local Ray, 50 sessions, 60 s
   specagent-ray loadtest --concurrency 1000 --sessions 100000 --duration-s 300 --out results/load-1000
+  specagent-ray loadtest --concurrency 50,200,1000 --duration-s 180    # three 60 s stages: latency vs load
   specagent-ray loadtest --mode open --rate 20 --duration-s 120
   SPECAGENT_API_KEY=... specagent-ray loadtest --url http://specagent.example:8000 --user tau2 --concurrency 64
 
@@ -40,7 +41,9 @@ def add_parser(sub: Any) -> None:
     load = lt.add_argument_group("load")
     load.add_argument("--mode", choices=("closed", "open"), default="closed",
                       help="closed: --concurrency sessions always in flight; open: --rate arrivals per second")
-    load.add_argument("--concurrency", type=int, default=50, help="closed: sessions in flight; open: cap (shed above)")
+    load.add_argument("--concurrency", type=_levels, default=(50,),
+                      help="closed: sessions in flight, or ascending levels (e.g. 100,300,1000) run as equal "
+                           "stages of --duration-s; open: cap (shed above)")
     load.add_argument("--rate", type=float, default=5.0, help="open loop: session arrivals per second (Poisson)")
     load.add_argument("--sessions", type=int, default=10_000, help="most sessions started")
     load.add_argument("--duration-s", type=float, default=60.0, help="no session starts after this")
@@ -65,6 +68,13 @@ def add_parser(sub: Any) -> None:
     lt.add_argument("--out", type=Path, default=Path("results/loadtest"), help="folder for JSON, CSV and PNG")
 
 
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or comma-separated numbers") from None
+
+
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     pass
 
@@ -72,7 +82,9 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 def config_from(args: argparse.Namespace, url: str, api_key: str) -> LoadConfig:
     workload = Workload(parse_mix(args.tasks), user=args.user, method=args.method, k=args.k, max_steps=args.max_steps)
     ramp = args.ramp_s if args.ramp_s is not None else min(10.0, args.duration_s / 10)
-    return LoadConfig(url=url, api_key=api_key, workload=workload, mode=args.mode, concurrency=args.concurrency,
+    levels = tuple(args.concurrency)
+    return LoadConfig(url=url, api_key=api_key, workload=workload, mode=args.mode, concurrency=levels[-1],
+                      stages=levels if len(levels) > 1 else (),
                       rate=args.rate, sessions=args.sessions, duration_s=args.duration_s, drain_s=args.drain_s,
                       ramp_s=ramp, max_errors=args.max_errors, baseline_sessions=args.baseline_sessions,
                       baseline_method=args.baseline_method, request_timeout_s=args.timeout_s, seed=args.seed)
@@ -91,8 +103,8 @@ def run_loadtest(args: argparse.Namespace, console: Console) -> int:
     console.print(f"deploying the {args.profile} profile on a local Ray instance...")
     with tempfile.TemporaryDirectory(prefix="specagent-loadtest-log-") as log:
         overrides = {"session_log": log,  # a fresh log: nothing from earlier runs is replayed
-                     "coordinator": {"max_sessions": max(2000, 2 * args.concurrency),
-                                     "queue_limit": max(4096, 8 * args.concurrency)}}
+                     "coordinator": {"max_sessions": max(2000, 2 * max(args.concurrency)),
+                                     "queue_limit": max(4096, 8 * max(args.concurrency))}}
         with local_cluster(args.profile, free_port(), overrides) as url:
             key = os.environ.get(args.api_key_env) or "dev-key"
             return _run(config_from(args, url, key), args.out, console)

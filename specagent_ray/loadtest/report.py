@@ -53,6 +53,7 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         "error_examples": examples,
         "verify_batch_sizes": verify_batches(result.stats_before, result.stats_after),
         "strong_tokens": savings(done, [r for r in result.baseline() if r.outcome == "done"], cfg.baseline_method),
+        "stages": stages(result),
         "timeline": timeline(result),
     }
 
@@ -86,6 +87,29 @@ def savings(load: list[SessionRecord], baseline: list[SessionRecord], method: st
         out[attr] = {"load": a, "baseline": b, "ratio": round(a / b, 4) if b else None}
     d = out["strong_decode"]
     out["decode_saving"] = round(1 - d["ratio"], 4) if d["ratio"] is not None else None
+    return out
+
+
+def stages(result: LoadResult) -> list[dict[str, Any]]:
+    """Per closed-loop stage (one without ``--concurrency`` levels): steps/s and the latency of the steps
+    delivered inside the stage's window (the drain after the last stage is not part of any)."""
+    out = []
+    for begin, end, level in result.levels:
+        latencies = [x for r in result.load() for x in _delivered(r, begin, end)]
+        flight = [snap["in_flight"] for snap in result.timeline if begin <= snap["t"] < end]
+        out.append({"concurrency": level, "from_s": round(begin, 3), "to_s": round(end, 3),
+                    "steps": len(latencies), "steps_per_s": round(len(latencies) / max(end - begin, 1e-9), 2),
+                    "in_flight_mean": round(sum(flight) / len(flight), 1) if flight else None,
+                    "step_latency_s": percentiles(latencies, QS)})
+    return out
+
+
+def _delivered(r: SessionRecord, begin: float, end: float) -> list[float]:
+    latencies, out = iter(r.step_latencies), []
+    for t, n in r.commits:
+        chunk = [next(latencies) for _ in range(n)]
+        if begin <= t < end:
+            out.extend(chunk)
     return out
 
 
@@ -151,10 +175,16 @@ def plot(summary: dict[str, Any], path: Path) -> Path | None:
     left.legend(loc="upper left")
     lat.legend(loc="upper right")
     for q, marker in (("p50_s", "o"), ("p99_s", "^")):
-        right.scatter([r["in_flight"] for r in rows], [r[q] for r in rows], marker=marker, label=q[:3])
+        right.scatter([r["in_flight"] for r in rows], [r[q] for r in rows], marker=marker, s=12, alpha=0.35,
+                      label=f"{q[:3]}, {BUCKET_S:g} s buckets")
+    levels = [st for st in summary["stages"] if st["step_latency_s"]["n"]]
+    for q, marker in (("p50", "o"), ("p99", "^")):
+        right.plot([st["in_flight_mean"] for st in levels], [st["step_latency_s"][q] for st in levels],
+                   marker=marker, markersize=9, label=f"{q} per stage (concurrency " +
+                   ", ".join(str(st["concurrency"]) for st in levels) + ")")
     right.set_xlabel("sessions in flight")
     right.set_ylabel("step latency (s)")
-    right.legend()
+    right.legend(fontsize=8)
     engines = "SIMULATED engines" if summary["simulated_engines"] else f"engines: {summary['engines']}"
     fig.suptitle(f"Step latency against load, measured over HTTP ({engines}; {summary['config']['mode']} loop, "
                  f"{BUCKET_S:g} s buckets)")
@@ -190,6 +220,11 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
         rows.append((f"strong decode tokens vs {st['baseline_method']} ({st['pairs']} paired sessions)",
                      f"{d['load']} / {d['baseline']} = {d['ratio']} (saving {st['decode_saving']:.1%})"))
         rows.append(("strong prompt tokens (same pairs)", f"{p['load']} / {p['baseline']} = {p['ratio']}"))
+    if len(s["stages"]) > 1:
+        for st in s["stages"]:
+            p = st["step_latency_s"]
+            rows.append((f"stage {st['concurrency']} sessions ({st['from_s']:g}-{st['to_s']:g} s): steps/s, "
+                         f"step p50 / p99 ms", f"{st['steps_per_s']:.1f}; {_ms(p['p50'])} / {_ms(p['p99'])}"))
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)

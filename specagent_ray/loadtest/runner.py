@@ -1,7 +1,8 @@
 """The load generator: sessions driven through the gateway over HTTP (httpx, SSE via httpx-sse).
 
 Two modes. **Closed loop**: ``concurrency`` workers each run one session after another, so that many
-sessions are always in flight. **Open loop**: sessions arrive at ``rate`` per second (Poisson, seeded),
+sessions are always in flight; with ``stages`` (ascending levels) the run is cut into equal stages and
+each stage adds workers up to its level, which gives latency at several loads in one run. **Open loop**: sessions arrive at ``rate`` per second (Poisson, seeded),
 whatever the server's pace; an arrival finding ``concurrency`` sessions already in flight is shed (counted,
 not sent).
 
@@ -62,8 +63,14 @@ class LoadConfig:
     baseline_method: str = "strong"
     request_timeout_s: float = 60.0
     seed: int = 0
+    stages: tuple[int, ...] = ()  # closed loop: ascending concurrency levels, equal shares of duration_s
 
     def __post_init__(self) -> None:
+        if self.stages:
+            if self.mode != "closed" or list(self.stages) != sorted(set(self.stages)) or self.stages[0] < 1:
+                raise ValueError(f"stages must be ascending concurrency levels >= 1 of a closed-loop run, "
+                                 f"got {', '.join(map(str, self.stages))}")
+            object.__setattr__(self, "concurrency", self.stages[-1])
         for name in ("concurrency", "sessions", "max_errors"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -115,6 +122,7 @@ class LoadResult:
     timeline: list[dict[str, float]]  # one sample a second: t, in_flight, steps, done
     stats_before: dict[str, Any]
     stats_after: dict[str, Any] | None
+    levels: list[tuple[float, float, int]] = field(default_factory=list)  # closed loop: (from s, to s, level)
 
     def load(self) -> list[SessionRecord]:
         return [r for r in self.records if r.phase == "load"]
@@ -159,7 +167,9 @@ class LoadRun:
             after = await self._stats_or_none(client)
             if cfg.baseline_sessions and not self._abort.is_set():
                 await self._baseline(client)
-        return LoadResult(cfg, self.records, wall, self.stopped_because, self.shed, self.timeline, before, after)
+        levels = self.levels() if cfg.mode == "closed" else []
+        return LoadResult(cfg, self.records, wall, self.stopped_because, self.shed, self.timeline, before, after,
+                          levels)
 
     async def _preflight(self, client: GatewayClient) -> dict[str, Any]:
         url = self.cfg.url
@@ -210,9 +220,24 @@ class LoadRun:
             p.cancel()
         await asyncio.gather(everyone, return_exceptions=True)
 
+    def levels(self) -> list[tuple[float, float, int]]:
+        """The closed loop's stages: (from s, to s, concurrency); one stage without ``stages``."""
+        cfg = self.cfg
+        stages = cfg.stages or (cfg.concurrency,)
+        share = cfg.duration_s / len(stages)
+        return [(i * share, (i + 1) * share, c) for i, c in enumerate(stages)]
+
+    def _start_delay(self, w: int) -> float:
+        """When worker ``w`` joins: in the first stage whose level exceeds ``w``, spread over ``ramp_s``."""
+        below = 0
+        for begin, _, level in self.levels():
+            if w < level:
+                return begin + self.cfg.ramp_s * (w - below) / (level - below)
+            below = level
+        raise AssertionError("worker beyond the last stage")
+
     async def _worker(self, client: GatewayClient, w: int) -> None:
-        if self.cfg.ramp_s:
-            await self._sleep_unless_stopped(self.cfg.ramp_s * w / self.cfg.concurrency)
+        await self._sleep_unless_stopped(self._start_delay(w))
         while not self._stop_starting.is_set():
             i = self._claim()
             if i is None:

@@ -27,8 +27,12 @@ FAST = LatencyModel(draft_base_s=0.001, draft_per_request_s=0, verify_base_s=0.0
                     step_base_s=0.001)
 
 
-def config(**coord) -> AppConfig:
-    return AppConfig(engines=SimEngines(latency=FAST), coordinator=CoordinatorConfig(**coord),
+SLOW = LatencyModel(draft_base_s=0.01, draft_per_request_s=0, verify_base_s=0.05, verify_per_request_s=0,
+                    step_base_s=0.02)  # sessions last about a second: long enough to crash in the middle
+
+
+def config(latency: LatencyModel = FAST, **coord) -> AppConfig:
+    return AppConfig(engines=SimEngines(latency=latency), coordinator=CoordinatorConfig(**coord),
                      tool_sources={"airline": {"kind": "tau2", "domain": "airline"}, "app": ClientSource()})
 
 
@@ -144,11 +148,14 @@ async def test_events_stream_in_order_and_end_with_final(tmp_path):
 
 
 async def test_a_crashed_coordinator_resumes_every_session_and_runs_no_write_twice(tmp_path):
-    cluster = Cluster(tmp_path, config())
+    cluster = Cluster(tmp_path, config(SLOW))
     coord = cluster.coordinator
     await coord.start()
     sids = [(await coord.create(sim(str(i), trial=i)))["session_id"] for i in range(12)]
-    await asyncio.sleep(0.15)  # mid-run
+    for _ in range(200):  # mid-run: once some commit is durable
+        if any(e["t"] == "commit" for sid in sids for e in coord.sessions[sid].events):
+            break
+        await asyncio.sleep(0.05)
     before = {sid: len(coord.sessions[sid].steps) for sid in sids}
     durable = {sid: sum(len(e["steps"]) for e in coord.sessions[sid].events if e["t"] == "commit") for sid in sids}
     coord = await cluster.crash_and_restart()

@@ -137,3 +137,19 @@ def test_commits_delivered_together_share_their_latency():
     # start at 1.0; a delivery of 2 steps at 3.0, then one step at 3.5
     assert step_latencies(1.0, [(3.0, 2), (3.5, 1)]) == [1.0, 1.0, 0.5]
     assert step_latencies(0.0, []) == []
+
+
+def test_stages_add_workers_level_by_level_and_are_reported_per_level(tmp_path):
+    cfg = LoadConfig("http://x", "k", Workload(MIX), stages=(2, 6), duration_s=10, ramp_s=1)
+    run_ = LoadRun(cfg)
+    assert cfg.concurrency == 6 and run_.levels() == [(0.0, 5.0, 2), (5.0, 10.0, 6)]
+    assert [run_._start_delay(w) for w in (0, 1, 2, 5)] == [0.0, 0.5, 5.0, 5.75]
+    with pytest.raises(ValueError, match="ascending"):
+        LoadConfig("http://x", "k", Workload(MIX), stages=(6, 2))
+    with in_process_gateway(tmp_path / "log") as url:
+        result = run(LoadConfig(url, "dev-key", Workload(MIX), stages=(1, 4), duration_s=4, drain_s=30,
+                                baseline_sessions=0))
+    stages = summarize(result)["stages"]
+    assert [st["concurrency"] for st in stages] == [1, 4]
+    assert stages[0]["in_flight_mean"] <= 1 < stages[1]["in_flight_mean"] <= 4
+    assert all(st["steps"] > 0 for st in stages)
