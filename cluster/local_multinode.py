@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A multi-node Ray cluster on this one machine: a head with no GPUs and worker "nodes" that fake GPUs.
 
-    python cluster/local_multinode.py start  [--dir /tmp/specagent-mn] [--base-port 46379] [--workers 2]
+    python cluster/local_multinode.py start  [--dir /tmp/specagent-mn] [--base-port 26379] [--workers 2]
     python cluster/local_multinode.py status [--dir ...] [--nodes]
     python cluster/local_multinode.py stop   [--dir ...] [--keep-logs]
 
