@@ -91,9 +91,8 @@ class CoordinatorDeployment:
 
         metrics = ProtocolMetrics()
         self.coordinator.on_fallback = metrics.count_fallback
-        for group in self.coordinator.engines.batchers().values():
-            for batcher in group:
-                batcher.on_batch = metrics.observe_batch
+        for batcher in self.coordinator.engines.batchers().get("verify", []):  # verifier batches only
+            batcher.on_batch = metrics.observe_batch
 
     async def create(self, body: Any) -> Any:
         return await self.coordinator.create(body)

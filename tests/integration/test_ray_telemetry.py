@@ -2,12 +2,11 @@
 
 import asyncio
 import re
-import time
-import urllib.request
 
 import pytest
 
 from specagent_ray.testing.http import free_port
+from specagent_ray.testing.prometheus import scrape, value
 
 ray = pytest.importorskip("ray")  # ray[serve] is part of the dev extra; a missing install fails loudly below
 
@@ -41,27 +40,6 @@ def ray_cluster():
     ray.shutdown()
 
 
-def _scrape(port: int, needle: str, timeout_s: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout_s
-    body = ""
-    while time.monotonic() < deadline:
-        try:
-            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-            if needle in body:
-                return body
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{needle} never appeared on Ray's metrics port {port}")
-
-
-def _value(body: str, name: str, **labels: str) -> float:
-    for line in body.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no sample {name} {labels}")
-
-
 def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
     from specagent_ray.telemetry.metrics import ProtocolMetrics
 
@@ -76,18 +54,18 @@ def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
     metrics.observe_session("specagent", trajectory, parts.ledger.calls)
     metrics.observe_batch(7)
     metrics.count_fallback("timeout")
-    body = _scrape(ray_cluster, "ray_specagent_fallbacks_total")
-    assert _value(body, "ray_specagent_fallbacks_total", kind="timeout") == 1.0
-    assert _value(body, "ray_specagent_accepted_prefix_count", method="specagent") == 2.0  # two reviewed blocks
+    body = scrape(ray_cluster, "ray_specagent_fallbacks_total")
+    assert value(body, "ray_specagent_fallbacks_total", kind="timeout") == 1.0
+    assert value(body, "ray_specagent_accepted_prefix_count", method="specagent") == 2.0  # two reviewed blocks
     # Ray's exported sums are approximate; buckets are exact: j = 2, then j = 0
-    assert _value(body, "ray_specagent_accepted_prefix_bucket", method="specagent", le="0.5") == 1.0
-    assert _value(body, "ray_specagent_accepted_prefix_bucket", method="specagent", le="1.5") == 1.0
-    assert _value(body, "ray_specagent_accepted_prefix_bucket", method="specagent", le="2.5") == 2.0
+    assert value(body, "ray_specagent_accepted_prefix_bucket", method="specagent", le="0.5") == 1.0
+    assert value(body, "ray_specagent_accepted_prefix_bucket", method="specagent", le="1.5") == 1.0
+    assert value(body, "ray_specagent_accepted_prefix_bucket", method="specagent", le="2.5") == 2.0
     # three strong calls: two verifies and one repair
-    assert _value(body, "ray_specagent_strong_calls_per_session_bucket", method="specagent", le="2.5") == 0.0
-    assert _value(body, "ray_specagent_strong_calls_per_session_bucket", method="specagent", le="4.5") == 1.0
-    assert _value(body, "ray_specagent_verifier_batch_size_bucket", le="8.5") == 1.0
-    assert _value(body, "ray_specagent_verifier_batch_size_bucket", le="4.5") == 0.0
+    assert value(body, "ray_specagent_strong_calls_per_session_bucket", method="specagent", le="2.5") == 0.0
+    assert value(body, "ray_specagent_strong_calls_per_session_bucket", method="specagent", le="4.5") == 1.0
+    assert value(body, "ray_specagent_verifier_batch_size_bucket", le="8.5") == 1.0
+    assert value(body, "ray_specagent_verifier_batch_size_bucket", le="4.5") == 0.0
 
 
 @ray.remote

@@ -16,17 +16,20 @@ from ray import serve
 from specagent_ray.serve.client import GatewayClient, GatewayError
 from specagent_ray.serve.profiles import load_profile, run_profile
 from specagent_ray.testing.http import free_port
+from specagent_ray.testing.prometheus import samples, scrape
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 FAST = {"draft_base_s": 0.005, "draft_per_request_s": 0.0002, "verify_base_s": 0.01,
         "verify_per_request_s": 0.0005, "step_base_s": 0.01}
 KEY = "dev-key"
+METRICS_PORT = free_port()
 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
     log = tmp_path_factory.mktemp("session-log")
-    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False,
+             _metrics_export_port=METRICS_PORT, _system_config={"metrics_report_interval_ms": 500})
     try:
         profile = load_profile("sim", {"session_log": str(log), "engines": {"kind": "sim", "latency": FAST},
                                        "coordinator": {"max_sessions": 400}})
@@ -130,6 +133,16 @@ async def test_200_concurrent_sessions_complete_with_zero_errors(url):
         stats = await client.stats()
     assert max(int(k) for k in stats["batch_sizes"]["verify"]) > 1  # verifies from many sessions shared batches
     assert stats["overhead_s"]["n"] > 0
+    # The coordinator replica exports each verifier batch (and nothing else) on Ray's metrics port.
+    batches = sum(stats["batch_sizes"]["verify"].values())
+    deadline = time.monotonic() + 60
+    while True:
+        body = scrape(METRICS_PORT, "ray_specagent_verifier_batch_size_count")
+        exported = sum(samples(body, "ray_specagent_verifier_batch_size_count"))
+        if exported == batches or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(1)
+    assert exported == batches
     assert max((await tool_host_writes()).values()) == 1
 
 
