@@ -33,6 +33,12 @@ class Hardware:
     strong_gpus: int = 16
     weak_gpus: int = 1
 
+    def deployments(self) -> dict[str, RoleDeployment]:
+        """Each role's model spec on its GPUs, as the resource report needs them."""
+        gpu = load_gpu(self.gpu)
+        return {"strong": RoleDeployment(spec=load_model(self.strong_model), gpu=gpu, n_gpus=self.strong_gpus),
+                "weak": RoleDeployment(spec=load_model(self.weak_model), gpu=gpu, n_gpus=self.weak_gpus)}
+
 
 @dataclass(frozen=True)
 class BenchConfig:
@@ -66,8 +72,7 @@ async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> 
     hw = cfg.hardware
     gpu = load_gpu(hw.gpu)
     hidden = HIDDEN.get(method, frozenset())
-    deployments = {"strong": RoleDeployment(spec=load_model(hw.strong_model), gpu=gpu, n_gpus=hw.strong_gpus),
-                   "weak": RoleDeployment(spec=load_model(hw.weak_model), gpu=gpu, n_gpus=hw.weak_gpus)}
+    deployments = hw.deployments()
     return TrialResult(
         method=method, task_id=task_id, trial=trial,
         reward=grader.reward(task_id, trajectory, task.instruction),

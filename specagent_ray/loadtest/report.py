@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +94,10 @@ def savings(load: list[SessionRecord], baseline: list[SessionRecord], method: st
 def stages(result: LoadResult) -> list[dict[str, Any]]:
     """Per closed-loop stage (one without ``--concurrency`` levels): steps/s and the latency of the steps
     delivered inside the stage's window (the drain after the last stage is not part of any)."""
+    delivered = list(_delivered_steps(result))
     out = []
     for begin, end, level in result.levels:
-        latencies = [x for r in result.load() for x in _delivered(r, begin, end)]
+        latencies = [latency for t, latency in delivered if begin <= t < end]
         flight = [snap["in_flight"] for snap in result.timeline if begin <= snap["t"] < end]
         out.append({"concurrency": level, "from_s": round(begin, 3), "to_s": round(end, 3),
                     "steps": len(latencies), "steps_per_s": round(len(latencies) / max(end - begin, 1e-9), 2),
@@ -104,23 +106,21 @@ def stages(result: LoadResult) -> list[dict[str, Any]]:
     return out
 
 
-def _delivered(r: SessionRecord, begin: float, end: float) -> list[float]:
-    latencies, out = iter(r.step_latencies), []
-    for t, n in r.commits:
-        chunk = [next(latencies) for _ in range(n)]
-        if begin <= t < end:
-            out.extend(chunk)
-    return out
+def _delivered_steps(result: LoadResult) -> Iterator[tuple[float, float]]:
+    """(delivery time, step latency) for every committed step of the load phase."""
+    for r in result.load():
+        latencies = iter(r.step_latencies)
+        for t, n in r.commits:
+            for _ in range(n):
+                yield t, next(latencies)
 
 
 def timeline(result: LoadResult) -> list[dict[str, Any]]:
     """Per ``BUCKET_S`` seconds: sessions in flight (mean of the samples) and the latency of the steps
     committed in that bucket."""
     buckets: dict[int, list[float]] = {}
-    for r in result.load():
-        latencies = iter(r.step_latencies)
-        for t, n in r.commits:
-            buckets.setdefault(int(t // BUCKET_S), []).extend(next(latencies) for _ in range(n))
+    for t, latency in _delivered_steps(result):
+        buckets.setdefault(int(t // BUCKET_S), []).append(latency)
     flights: dict[int, list[float]] = {}
     for snap in result.timeline:
         flights.setdefault(int(snap["t"] // BUCKET_S), []).append(snap["in_flight"])

@@ -107,6 +107,9 @@ class SessionRecord:
     strong_decode: int = 0
     weak_decode: int = 0
 
+    def count_throttled(self) -> None:
+        self.throttled += 1
+
     @property
     def steps(self) -> int:
         return sum(n for _, n in self.commits)
@@ -295,7 +298,10 @@ class LoadRun:
 
     async def _session(self, client: GatewayClient, body: dict[str, Any], rec: SessionRecord) -> SessionRecord:
         try:
-            rec.session_id = (await self._create(client, body, rec))["session_id"]
+            # 429s are waited out as Retry-After says, while the run still starts sessions
+            created = await client.create_when_admitted(body, lambda: not self._stop_starting.is_set(),
+                                                        on_throttled=rec.count_throttled)
+            rec.session_id = created["session_id"]
             async for event in client.events(rec.session_id):
                 if event["t"] == "commit":
                     now, n = self.now(), max(1, len(event.get("steps") or ()))
@@ -331,17 +337,6 @@ class LoadRun:
             rec.end_s = self.now()
             rec.step_latencies = step_latencies(rec.start_s, rec.commits)
         return rec
-
-    async def _create(self, client: GatewayClient, body: dict[str, Any], rec: SessionRecord) -> dict[str, Any]:
-        """POST the session; a 429 is waited out as Retry-After says, while the run still starts sessions."""
-        while True:
-            try:
-                return await client.create(**body)
-            except GatewayError as exc:
-                if exc.status != 429 or self._stop_starting.is_set():
-                    raise
-                rec.throttled += 1
-                await asyncio.sleep(exc.retry_after or 1.0)
 
     def _failed(self, rec: SessionRecord, kind: str, detail: str) -> None:
         rec.outcome = "error" if not kind.startswith("session_") else rec.outcome

@@ -6,8 +6,9 @@ Used by the main job, the tests and the load generator. Every non-2xx answer bec
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -40,6 +41,19 @@ class GatewayClient:
 
     async def create(self, **body: Any) -> dict[str, Any]:
         return await self._call("POST", "/v1/sessions", json=body)
+
+    async def create_when_admitted(self, body: dict[str, Any], keep_waiting: Callable[[], bool],
+                                   on_throttled: Callable[[], None] = lambda: None) -> dict[str, Any]:
+        """Create a session, waiting out 429s as the server's Retry-After says, for as long as
+        ``keep_waiting()``; any other error (or a 429 past that) is raised."""
+        while True:
+            try:
+                return await self.create(**body)
+            except GatewayError as exc:
+                if exc.status != 429 or not keep_waiting():
+                    raise
+                on_throttled()
+                await asyncio.sleep(exc.retry_after or 1.0)
 
     async def post_message(self, sid: str, text: str, stop: bool = False) -> dict[str, Any]:
         return await self._call("POST", f"/v1/sessions/{sid}/messages", json={"text": text, "stop": stop})

@@ -16,7 +16,6 @@ write is the one a user is waiting for.
 from __future__ import annotations
 
 import asyncio
-import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -28,14 +27,11 @@ from ..protocol.types import History, Proposal, Review, Step
 from ..telemetry.tracing import traceparent_headers
 from .batcher import Batcher
 from .config import CoordinatorConfig, OpenAIEngines, SimEngines
+from .handles import lane_of
 from .session import Catalog, Session
 from .sim_engine import SimRequest
 
 VERIFY, DRAFT = 0, 1  # batch priorities: lower leaves first
-
-
-def lane_of(session_id: str, lanes: int) -> int:
-    return zlib.crc32(session_id.encode()) % lanes
 
 
 async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Awaitable[Any]]) -> Any:

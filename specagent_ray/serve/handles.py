@@ -8,7 +8,14 @@ consistent-hash router picks for that id (a no-op in process). Tests and the coo
 from __future__ import annotations
 
 import inspect
+import zlib
 from typing import Any
+
+
+def lane_of(session_id: str, lanes: int) -> int:
+    """The lane (engine batcher, tool host shard) a session keeps for life: a stable hash of its id,
+    the same in every process and after a restart."""
+    return zlib.crc32(session_id.encode()) % lanes
 
 
 class Served:

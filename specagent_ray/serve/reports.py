@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..costs.ledger import Ledger
-from ..costs.specs import load_gpu, load_model
-from ..telemetry.resources import RoleDeployment, report_from_ledger
+from ..telemetry.resources import report_from_ledger
 
 
 def usage_by_role(ledger: Ledger) -> dict[str, dict[str, Any]]:
@@ -23,10 +22,7 @@ def usage_by_role(ledger: Ledger) -> dict[str, dict[str, Any]]:
 def resource_report(ledger: Ledger, hardware: Any) -> dict[str, Any]:
     """The session's resource report on the named deployment (GPU-s, HBM bytes and FLOPs are
     estimated; each field says so)."""
-    gpu = load_gpu(hardware.gpu)
-    deployments = {"strong": RoleDeployment(spec=load_model(hardware.strong_model), gpu=gpu, n_gpus=hardware.strong_gpus),
-                   "weak": RoleDeployment(spec=load_model(hardware.weak_model), gpu=gpu, n_gpus=hardware.weak_gpus)}
-    return report_from_ledger(ledger, deployments).model_dump(mode="json")
+    return report_from_ledger(ledger, hardware.deployments()).model_dump(mode="json")
 
 
 def percentiles(values: Sequence[float], qs: Sequence[float] = (50, 90, 99)) -> dict[str, float | int | None]:

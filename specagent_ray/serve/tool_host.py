@@ -10,13 +10,13 @@ side, which is what the at-most-once tests read.
 from __future__ import annotations
 
 import asyncio
-import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..protocol.types import Observation, ToolCall
 from .config import McpSource, Tau2Source, ToolSource
+from .handles import lane_of
 
 
 class UnknownSource(ValueError):
@@ -115,7 +115,7 @@ class ShardedToolHost:
         self.shards = list(shards)
 
     def shard(self, session_id: str) -> Any:
-        return self.shards[zlib.crc32(session_id.encode()) % len(self.shards)]
+        return self.shards[lane_of(session_id, len(self.shards))]
 
     async def execute(self, source: str, session_id: str, call: ToolCall, key: str | None = None) -> Observation:
         return await self.shard(session_id).execute(source, session_id, call, key)

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from .client import GatewayClient, GatewayError
+from .client import GatewayClient
 from .profiles import load_profile, run_profile
 
 LOCAL_MODELS = {"tiny-weak": 0, "tiny-strong": 1}  # folder name -> seed of the random weights
@@ -45,7 +45,7 @@ def local_cluster(profile: str, port: int, args: dict[str, Any] | None = None, n
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         url = run_profile(schema, port=port)
-        _wait(f"{url}/healthz", timeout_s)
+        wait_for_http(f"{url}/healthz", timeout_s)
         for app in schema.applications:
             for cfg in (app.args or {}).get("llm_configs", []):
                 from .engines import wait_until_serving
@@ -57,7 +57,8 @@ def local_cluster(profile: str, port: int, args: dict[str, Any] | None = None, n
         ray.shutdown()
 
 
-def _wait(url: str, timeout_s: float) -> None:
+def wait_for_http(url: str, timeout_s: float) -> None:
+    """Return once ``url`` answers 200; TimeoutError naming it otherwise."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -86,18 +87,6 @@ class SessionResult:
     wall_s: float
 
 
-async def _create(client: GatewayClient, body: dict[str, Any], patience_s: float = 600.0) -> dict[str, Any]:
-    """Create a session, waiting out 429s as the server's Retry-After says."""
-    deadline = time.monotonic() + patience_s
-    while True:
-        try:
-            return await client.create(**body)
-        except GatewayError as exc:
-            if exc.status != 429 or time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(exc.retry_after or 1.0)
-
-
 async def run_sessions(url: str, api_key: str, bodies: list[dict[str, Any]], concurrency: int,
                        on_done: Callable[[SessionResult], None] = lambda r: None,
                        grade: bool = True) -> list[SessionResult]:
@@ -108,7 +97,8 @@ async def run_sessions(url: str, api_key: str, bodies: list[dict[str, Any]], con
         async def one(body: dict[str, Any]) -> SessionResult:
             async with gate:
                 start = time.perf_counter()
-                sid = (await _create(client, body))["session_id"]
+                deadline = time.monotonic() + 600  # patience with 429s
+                sid = (await client.create_when_admitted(body, lambda: time.monotonic() < deadline))["session_id"]
                 events = [e async for e in client.events(sid)]
                 traj = await client.trajectory(sid, grade=grade)
                 strong, weak = traj["usage"]["strong"], traj["usage"]["weak"]

@@ -15,6 +15,7 @@ from ray import serve
 
 from specagent_ray.serve.client import GatewayClient, GatewayError
 from specagent_ray.serve.profiles import load_profile, run_profile
+from specagent_ray.serve.workload import wait_for_http
 from specagent_ray.testing.http import free_port
 from specagent_ray.testing.prometheus import samples, scrape
 
@@ -34,13 +35,7 @@ def url(tmp_path_factory):
         profile = load_profile("sim", {"session_log": str(log), "engines": {"kind": "sim", "latency": FAST},
                                        "coordinator": {"max_sessions": 400}})
         base = run_profile(profile, port=free_port())
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+        wait_for_http(f"{base}/healthz", 120)
         yield base
     finally:
         serve.shutdown()

@@ -153,3 +153,12 @@ def test_stages_add_workers_level_by_level_and_are_reported_per_level(tmp_path):
     assert [st["concurrency"] for st in stages] == [1, 4]
     assert stages[0]["in_flight_mean"] <= 1 < stages[1]["in_flight_mean"] <= 4
     assert all(st["steps"] > 0 for st in stages)
+
+
+def test_429s_are_waited_out_and_counted(tmp_path):
+    with in_process_gateway(tmp_path / "log", max_sessions=1, retry_after_s=1) as url:
+        result = run(LoadConfig(url, "dev-key", Workload(MIX), concurrency=3, sessions=4, duration_s=120,
+                                drain_s=60, baseline_sessions=0))
+    s = summarize(result)
+    assert s["sessions"]["done"] == 4 and s["sessions"]["errors"] == 0
+    assert s["sessions"]["throttled_429s"] > 0  # the server admitted one session at a time
