@@ -14,14 +14,14 @@ import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .base import NotFound, Store, StoreError, check_key
+from .base import AlreadyExists, NotFound, PreconditionFailed, Store, StoreError, check_key
 from .local import LocalStore
 
 if TYPE_CHECKING:
     from .s3 import S3Store
 
-__all__ = ["LocalStore", "NotFound", "S3Store", "Store", "StoreError", "check_key", "get_json", "open_store",
-           "put_json"]
+__all__ = ["AlreadyExists", "LocalStore", "NotFound", "PreconditionFailed", "S3Store", "Store", "StoreError",
+           "check_key", "get_json", "open_store", "put_json"]
 
 SUPPORTED = ("a plain path, file:///abs/path, "
              "s3://bucket[/prefix][?endpoint=URL&region=NAME&max_attempts=N]")

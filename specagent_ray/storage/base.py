@@ -15,6 +15,14 @@ class StoreError(RuntimeError):
     """A store operation failed; the message names the store location and the key (one line)."""
 
 
+class PreconditionFailed(StoreError):
+    """A conditional write found the key in another state than the caller required (``swap``)."""
+
+
+class AlreadyExists(PreconditionFailed):
+    """``create`` found the key already holding other bytes: another writer got there first."""
+
+
 class NotFound(StoreError, KeyError):
     """No object under ``key``. A ``KeyError`` too, so ``except KeyError`` code keeps working."""
 
@@ -36,7 +44,13 @@ class Store(Protocol):
       one, never a partial one, also when the writer crashes mid-put;
     - ``get`` returns exactly the bytes put, or raises ``NotFound`` carrying the key;
     - ``list`` returns sorted keys that start with ``prefix`` (a plain string prefix, as in S3);
-    - ``delete`` is idempotent: deleting a missing key is not an error.
+    - ``delete`` is idempotent: deleting a missing key is not an error;
+    - ``create`` never overwrites: of concurrent creators of one key exactly one gets its bytes stored,
+      the others get ``AlreadyExists``; it returns the new object's version tag. A creator whose earlier attempt landed unseen (a retry after a lost
+      response) finds its own bytes there and succeeds; so data that must tell writers apart carries a
+      token of its writer;
+    - ``read`` returns the bytes and a version tag; ``swap`` replaces the object only while its version is
+      still that tag (compare and swap) and returns the new tag, else raises ``PreconditionFailed``.
     Bad keys raise ``ValueError`` before any I/O.
     """
 
@@ -49,6 +63,12 @@ class Store(Protocol):
     def list(self, prefix: str = "") -> list[str]: ...
 
     def delete(self, key: str) -> None: ...
+
+    def create(self, key: str, data: bytes) -> str: ...
+
+    def read(self, key: str) -> tuple[bytes, str]: ...
+
+    def swap(self, key: str, data: bytes, version: str) -> str: ...
 
 
 def check_key(key: str) -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import os
 import secrets
 from pathlib import Path
 
-from .base import NotFound, check_key, check_prefix
+from .base import AlreadyExists, NotFound, PreconditionFailed, check_key, check_prefix
 
 # Files being written carry this prefix until os.replace gives them their key's name. Keys may not use it,
 # so a temp file left by a crash (kill -9, power loss) is never mistaken for an object.
@@ -21,6 +23,11 @@ class LocalStore:
     it over the key with ``os.replace`` (atomic on POSIX and Windows) and fsyncs the directory. A reader
     therefore sees the old file or the complete new one; after ``put`` returns the object survives a power
     loss. Temp files are never listed and never readable as keys.
+
+    ``create`` links the complete, fsynced temp file to the key's name (``link`` fails if the name exists,
+    as ``O_EXCL`` does, but a reader never sees a partial file). ``swap`` holds an exclusive ``flock`` on a
+    per-key lock file while it compares and replaces; versions are the SHA-256 of the content (as S3's
+    ETag is a digest of it). Both hold between processes on one host or on a POSIX shared file system.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -34,6 +41,34 @@ class LocalStore:
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
+        self._install(path, data, os.replace)
+
+    def create(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        try:
+            self._install(path, data, os.link)
+        except FileExistsError:
+            if _read(path) != data:
+                raise AlreadyExists(f"{key!r} already exists in {self}") from None
+        return _version(data)
+
+    def read(self, key: str) -> tuple[bytes, str]:
+        data = self.get(key)
+        return data, _version(data)
+
+    def swap(self, key: str, data: bytes, version: str) -> str:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.parent / f"{TMP_PREFIX}lock-{path.name}", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            current = _read(path)
+            if current is None or _version(current) != version:
+                raise PreconditionFailed(f"{key!r} in {self} changed (or is gone) since version {version[:12]}")
+            self._install(path, data, os.replace)
+        return _version(data)
+
+    def _install(self, path: Path, data: bytes, place) -> None:
+        """Write ``data`` to a temp file, fsync it, then ``place(tmp, path)``: replace or link."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f"{TMP_PREFIX}{path.name}.{secrets.token_hex(6)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies, as for plain files
@@ -42,11 +77,13 @@ class LocalStore:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            place(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        if place is os.link:
+            os.unlink(tmp)
         _fsync_dir(path.parent)
 
     def get(self, key: str) -> bytes:
@@ -81,6 +118,17 @@ class LocalStore:
         if any(seg.startswith(TMP_PREFIX) for seg in key.split("/")):
             raise ValueError(f"invalid key {key!r}: names starting with {TMP_PREFIX!r} are reserved for temp files")
         return self.root / key
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+def _version(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _fsync_dir(folder: Path) -> None:

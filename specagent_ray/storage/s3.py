@@ -9,7 +9,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .base import NotFound, StoreError, check_key, check_prefix
+from .base import AlreadyExists, NotFound, PreconditionFailed, StoreError, check_key, check_prefix
 
 MiB = 1024 * 1024
 
@@ -24,6 +24,11 @@ class S3Store:
     put still fails, the store aborts the key's incomplete multipart uploads (they are invisible but billed)
     and raises ``StoreError`` naming bucket and key; if even the abort fails, the message says so.
     Credentials and proxies come from boto3's usual chain (environment, config files, instance role).
+
+    ``create`` is one PutObject with ``If-None-Match: *`` and ``swap`` one with ``If-Match: <ETag>``
+    (S3 conditional writes; MinIO and moto's server implement them too); S3 answers 412 when the
+    condition fails. A 409 (a concurrent conditional write on the key) is a ``StoreError``: the outcome is
+    unknown, and the caller may retry.
     """
 
     def __init__(self, bucket: str, prefix: str = "", endpoint_url: str | None = None, region: str = "us-east-1",
@@ -59,6 +64,46 @@ class S3Store:
         except Exception as exc:  # boto3, botocore and s3transfer each raise their own types
             note = self._abort_uploads(name) if len(data) >= self.multipart_threshold else ""
             raise StoreError(f"cannot put {self._where(name)} ({len(data)} bytes): {_reason(exc)}{note}") from exc
+
+    def create(self, key: str, data: bytes) -> str:
+        name = self._name(key)
+        try:
+            return self.client.put_object(Bucket=self.bucket, Key=name, Body=bytes(data), IfNoneMatch="*")["ETag"]
+        except ClientError as exc:
+            if _code(exc) not in ("PreconditionFailed", "412"):
+                raise StoreError(f"cannot create {self._where(name)}: {_reason(exc)}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"cannot create {self._where(name)}: {_reason(exc)}") from exc
+        try:  # a retry may find its own earlier attempt there
+            data_now, version = self.read(key)
+        except NotFound:
+            data_now, version = None, ""
+        if data_now != bytes(data):
+            raise AlreadyExists(f"{self._where(name)} already exists")
+        return version
+
+    def read(self, key: str) -> tuple[bytes, str]:
+        name = self._name(key)
+        try:
+            obj = self.client.get_object(Bucket=self.bucket, Key=name)
+            return obj["Body"].read(), obj["ETag"]
+        except ClientError as exc:
+            if _code(exc) in ("NoSuchKey", "404"):
+                raise NotFound(key, str(self)) from None
+            raise StoreError(f"cannot read {self._where(name)}: {_reason(exc)}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"cannot read {self._where(name)}: {_reason(exc)}") from exc
+
+    def swap(self, key: str, data: bytes, version: str) -> str:
+        name = self._name(key)
+        try:
+            return self.client.put_object(Bucket=self.bucket, Key=name, Body=bytes(data), IfMatch=version)["ETag"]
+        except ClientError as exc:
+            if _code(exc) in ("PreconditionFailed", "412", "NoSuchKey", "404"):
+                raise PreconditionFailed(f"{self._where(name)} changed (or is gone) since {version}") from None
+            raise StoreError(f"cannot swap {self._where(name)}: {_reason(exc)}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"cannot swap {self._where(name)}: {_reason(exc)}") from exc
 
     def get(self, key: str) -> bytes:
         name = self._name(key)
