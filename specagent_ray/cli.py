@@ -20,6 +20,7 @@ EPILOG = """examples:
   specagent-ray bench tau2 --domain retail --methods strong,weak,specagent --tasks 0,1,2 --k 8
   specagent-ray bench throughput --seconds 3
   specagent-ray bench theory --p 0.5,0.7,0.9
+  specagent-ray bench restart --finished 10000 --live 100
   specagent-ray bench tau2 --tasks 0,1 --store s3://bench-results/team-a
   specagent-ray results ls
   specagent-ray results compare tau2-airline-seed0.json tau2-airline-seed1.json
@@ -90,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="concurrent session counts, one fresh deployment each")
     bt.add_argument("--window-ms", type=float, default=2.0, help="verify batching window")
     bt.add_argument("--max-batch", type=int, default=64, help="most verify requests per batch")
+
+    rs = bench.add_parser("restart", help="a coordinator's time to ready after a long history, before and after "
+                          "log compaction", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    rs.add_argument("--finished", type=int, default=10_000, help="finished sessions in the log's history")
+    rs.add_argument("--live", type=int, default=100, help="live sessions a restart must resume")
+    rs.add_argument("--dir", default=None, help="where the temporary log is written (default: the system temp dir)")
 
     mc = bench.add_parser("theory", help="Monte-Carlo check of Proposition 1 through the real loop",
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -170,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.throughput import report_throughput
 
             return report_throughput(console, args.seconds, args.k)
+        if args.suite == "restart":
+            from .bench.restart import report_restart
+
+            return report_restart(console, args.finished, args.live, args.dir)
         if args.suite == "theory":
             from .bench.montecarlo import report_theory
 

@@ -34,9 +34,12 @@ QUIET = {"enable_access_log": False}
 @serve.deployment(name="ToolHost", max_ongoing_requests=BUSY, logging_config=QUIET)
 class ToolHostDeployment:
     def __init__(self, cfg: dict[str, Any]):
+        from ..storage import open_store
         from .tool_host import ToolHost
 
-        self.host = ToolHost(AppConfig.model_validate(cfg).tool_sources)
+        config = AppConfig.model_validate(cfg)
+        # Idempotency records live in the session log's store: durable, and shared by every shard.
+        self.host = ToolHost(config.tool_sources, open_store(config.session_log))
 
     async def execute(self, *args: Any) -> Any:
         return await self.host.execute(*args)

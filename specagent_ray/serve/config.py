@@ -82,6 +82,14 @@ class CoordinatorConfig(Strict):
     retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429")
     retain_finished: int = Field(10_000, ge=1, description="finished sessions kept in memory for their "
                                  "trajectory; older ones are dropped (their records stay in the session log)")
+    lease_s: float = Field(5.0, gt=0, le=300, description="session log lease period: a coordinator that cannot "
+                           "renew its lease for this long stops acting, and a successor waits this long for it")
+    lease_skew_s: float = Field(0.5, ge=0, le=60, description="the most the hosts' wall clocks may differ; a "
+                                "successor waits this much longer than the lease period")
+    ack_timeout_s: float = Field(10.0, gt=0, description="how long create, messages and tool results wait for "
+                                 "their records to be stored before answering 503")
+    compact_min: int = Field(20_000, ge=1, description="records stored since the last snapshot before the "
+                             "session log is compacted (also at least twice the live sessions' records)")
 
 
 class GatewayConfig(Strict):

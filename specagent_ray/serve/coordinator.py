@@ -6,9 +6,11 @@ host. Admission control keeps the number of running sessions and queued engine r
 either limit a new session or message gets ``Overloaded`` (HTTP 429 with Retry-After).
 
 Durability: every record goes to the session log (group commit) before it is shown to clients; a staged
-write's intent is durable before the write runs. A restarted coordinator replays the log, finishes any
-write whose intent it logged (the tool host's idempotency keys make that at-most-once), and resumes each
-unfinished session from its committed history.
+write's intent is durable before the write runs; create, messages and tool results are answered only once
+their records are stored. A restarted coordinator takes the log's lease (a displaced one is fenced: it
+stops appending and executing), replays the log, finishes any write whose intent it logged (the tool
+host's durable idempotency records make that at-most-once), and resumes each unfinished session from its
+committed history. A session whose records cannot be read is reported and skipped; the rest are served.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ from ..protocol.types import (
     ToolCall,
     Trajectory,
 )
-from ..storage.base import Store
+from ..storage.base import Store, StoreError
 from .api import CreateSession, ToolResult, UserMessage
 from .config import AppConfig, ClientSource, McpSource, SimEngines, Tau2Source
-from .errors import BadRequest, Conflict, NotFound, Overloaded
+from .errors import BadRequest, Conflict, NotFound, Overloaded, ServiceUnavailable
+from .lease import Fenced, Lease
 from .session import (
     FINISHED,
     Catalog,
@@ -68,7 +71,12 @@ class Coordinator:
         self.cfg = cfg
         self.engines = engines
         self.tool_host = tool_host
-        self.log = SessionLog(store)
+        c = cfg.coordinator
+        self.log = SessionLog(store, Lease(store, c.lease_s, c.lease_skew_s), compact_min=c.compact_min)
+        self.log.on_fenced = self._fence
+        self.fenced: str | None = None
+        self.broken: dict[str, str] = {}  # sessions the log could not restore, with the reason
+        self.log_problems = 0
         self.env = dict(os.environ if env is None else env)
         self.clock = clock
         self.sessions: dict[str, Session] = {}
@@ -85,15 +93,45 @@ class Coordinator:
     # -- life -----------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Replay the session log and resume every unfinished session."""
+        """Take the session log's lease, replay the log and resume every unfinished session. A session
+        whose records cannot be read or restored is reported (``stats()``, the log) and not served."""
         if self._flusher is not None:
             return
         self._flusher = asyncio.get_running_loop().create_task(self._flush_forever())
-        for sid, records in (await asyncio.to_thread(self.log.replay)).items():
+        replay = await self.log.open()
+        self.log_problems = len(replay.problems)
+        for sid, reason in replay.broken.items():
+            self._broken(sid, reason)
+        for sid, records in replay.sessions.items():
+            if sid in self.broken:
+                continue
             try:
                 await self._restore(sid, records)
-            except Exception:
+            except Exception as exc:  # noqa: BLE001 - one bad session must not stop the others
                 log.exception("could not restore session %s", sid)
+                self._drop(sid)
+                self._broken(sid, f"restore failed: {type(exc).__name__}: {exc}")
+
+    def _broken(self, sid: str, reason: str) -> None:
+        self.broken[sid] = reason
+        while len(self.broken) > self.cfg.coordinator.retain_finished:
+            self.broken.pop(next(iter(self.broken)))
+
+    def _drop(self, sid: str) -> None:
+        s = self.sessions.pop(sid, None)
+        self._running.discard(sid)
+        if s is not None and s.runner is not None:
+            s.runner.cancel()
+
+    def _fence(self, reason: str) -> None:
+        """Another coordinator holds the log's lease: stop every session here, append and execute nothing."""
+        if self.fenced is not None:
+            return
+        self.fenced = reason
+        log.error("coordinator fenced, it stops serving: %s", reason)
+        for s in self.sessions.values():
+            if s.runner is not None and not s.runner.done():
+                s.runner.cancel()
 
     async def _flush_forever(self) -> None:
         while True:
@@ -105,8 +143,13 @@ class Coordinator:
                 s.unpublished = []
             try:
                 await self.log.durable()
-            except Exception:
-                log.exception("session log write failed; retrying")
+            except Fenced:
+                return
+            except (Exception, asyncio.CancelledError) as exc:
+                task = asyncio.current_task()
+                if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
+                    raise  # the flusher itself is being stopped
+                log.warning("session log write failed (%s); retrying", exc)
                 for s, records in batches:
                     s.unpublished[:0] = records
                     self._dirty.add(s)
@@ -127,28 +170,60 @@ class Coordinator:
     # -- API --------------------------------------------------------------------------------------------
 
     async def create(self, req: CreateSession) -> dict[str, Any]:
+        """Start a session. Answers only once its ``created`` record is stored; if the log cannot store
+        it in time the session is ended unstarted and the answer is 503."""
+        self._serving()
         self._admit()
         source = self._source(req)
         task = await self._task(req, source)
         catalog = await self._catalog(req, source)
         session = self._session(secrets.token_hex(8), req, task)
         session.record("created", request=req.model_dump(mode="json"), opening=task.instruction)
-        session.runner = asyncio.get_running_loop().create_task(self._run(session, catalog))
+        try:
+            await self._stored()
+        except ServiceUnavailable:
+            session.status, session.error = "failed", "not started: the session log did not store it in time"
+            session.record("final", status=session.status, termination=None, error=session.error)
+            await self._finished_session(session, close_tools=False)
+            raise
+        finally:  # also when the request is cancelled: its record is queued, so the session exists
+            if session.status not in FINISHED:
+                session.runner = asyncio.get_running_loop().create_task(self._run(session, catalog))
         return summary(session)
 
     async def post_message(self, sid: str, msg: UserMessage) -> dict[str, Any]:
+        """Queue the user's message; answers once it is stored (503: queued, not yet stored)."""
         s = self._live(sid)
         if s.request.user != "client":
             raise Conflict(f"session {sid}'s user is {s.request.user!r}; only client-user sessions take messages")
         s.record("user_message", text=msg.text, stop=msg.stop)
         s.inbox.put_nowait((msg.text, msg.stop))
+        await self._stored()
         return summary(s)
 
     async def post_tool_result(self, sid: str, res: ToolResult) -> dict[str, Any]:
+        """Deliver a client tool's result; answers once it is stored (503: delivered, not yet stored)."""
         from ..protocol.types import Observation
 
         self._live(sid).deliver_tool_result(res.call_id, Observation(res.content, error=res.error))
+        await self._stored()
         return summary(self.sessions[sid])
+
+    async def _stored(self) -> None:
+        """Return once every record appended so far is stored. 503 when the log cannot store them
+        within ``ack_timeout_s`` (they stay queued: the flusher keeps trying) or this coordinator is fenced."""
+        deadline = self.clock() + self.cfg.coordinator.ack_timeout_s
+        while True:
+            try:
+                return await self.log.durable()
+            except Fenced as exc:
+                raise ServiceUnavailable(f"this coordinator was fenced: {exc}") from None
+            except StoreError as exc:
+                if self.clock() >= deadline:
+                    raise ServiceUnavailable(f"not acknowledged: the session log did not store it within "
+                                             f"{self.cfg.coordinator.ack_timeout_s} s ({exc}); it stays "
+                                             "queued, and the event stream shows it once stored") from None
+                await asyncio.sleep(0.2)
 
     async def events(self, sid: str, after: int = 0, wait_s: float = 15.0) -> dict[str, Any]:
         s = self._get(sid)
@@ -190,6 +265,8 @@ class Coordinator:
                 "committed_steps": m.committed_steps, "overhead_s": percentiles(m.overheads),
                 "intent_log_wait_s": percentiles(m.log_waits), "batch_sizes": batches,
                 "queued": self.engines.queued(), "log_flushes": self.log.flushes, "resumed": self.resumed,
+                "log": {"epoch": self.log.epoch, "flushes": self.log.flushes, "compactions": self.log.compactions,
+                        "fenced": self.fenced, "problems": self.log_problems, "broken_sessions": dict(self.broken)},
                 "fallbacks": m.fallbacks, "redrafts": m.redrafts,
                 # CPU time of the coordinator's whole process (all threads, Ray's included) since it started
                 "process_cpu_s": round(time.process_time() - m.cpu_at_start, 3)}
@@ -205,8 +282,15 @@ class Coordinator:
             raise Overloaded(f"{self.engines.queued()} engine requests queued, the limit is {c.queue_limit}",
                              c.retry_after_s)
 
+    def _serving(self) -> None:
+        if self.fenced is not None:
+            raise ServiceUnavailable(f"this coordinator was fenced and serves no more: {self.fenced}")
+
     def _get(self, sid: str) -> Session:
+        self._serving()
         s = self.sessions.get(sid)
+        if s is None and sid in self.broken:
+            raise NotFound(f"session {sid!r} could not be restored from the session log: {self.broken[sid]}")
         if s is None:
             raise NotFound(f"no session {sid!r} (finished sessions are kept for the last "
                            f"{self.cfg.coordinator.retain_finished})")
@@ -287,7 +371,7 @@ class Coordinator:
     def _session(self, sid: str, req: CreateSession, task: Task) -> Session:
         source = self.cfg.tool_sources[req.tool_source]
         domain = source.domain if isinstance(source, Tau2Source) else ""
-        s = Session(sid, req, task, self._append, self.clock, domain=domain,
+        s = Session(sid, req, task, self._append, self.clock, domain=domain, epoch=self.log.epoch,
                     overheads=self.metrics.overheads, log_waits=self.metrics.log_waits)
         self.sessions[sid] = s
         self._running.add(sid)
@@ -316,7 +400,8 @@ class Coordinator:
                 return await s.client_call(call, key or f"{s.id}:r{len(s.events) + len(s.unpublished)}")
         else:
             async def run(call: ToolCall, key: str | None):
-                return await self.tool_host.execute(s.request.tool_source, s.id, call, key)
+                epoch = self.log.epoch if key is not None else None  # writes carry the lease epoch
+                return await self.tool_host.execute(s.request.tool_source, s.id, call, key, epoch)
         tools = SessionTools(s, catalog, run, self.log.durable)
         return Parts(weak, strong, verifier, tools, self._user(s), s.ledger, clock=self.clock, journal=s)
 

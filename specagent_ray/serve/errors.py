@@ -31,3 +31,10 @@ class Overloaded(ApiError):
     def __init__(self, message: str, retry_after_s: int):
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class ServiceUnavailable(ApiError):
+    """This coordinator cannot serve the call now (its session log is unavailable, or it was fenced)."""
+
+    status = 503
+    retry_after_s = 5

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from .api import CreateSession, ToolResult, UserMessage
 from .config import GatewayConfig
-from .errors import ApiError, Overloaded
+from .errors import ApiError, Overloaded, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 Call = Callable[..., Awaitable[Any]]  # (coordinator method name, *args) -> result
@@ -105,7 +105,8 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]])
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else None
+        retry = isinstance(exc, Overloaded | ServiceUnavailable)
+        headers = {"Retry-After": str(exc.retry_after_s)} if retry else None  # type: ignore[attr-defined]
         if isinstance(exc, ApiError401):
             headers = {"WWW-Authenticate": "Bearer"}
         return JSONResponse({"detail": exc.message}, status_code=exc.status, headers=headers)

@@ -64,6 +64,7 @@ class Session:
     log: Callable[[str, dict[str, Any]], None]  # (session id, record) -> appended to the session log
     clock: Callable[[], float] = time.perf_counter
     domain: str = ""  # the tau2 domain, for tau2 sources
+    epoch: int = 0  # the session log lease epoch of the coordinator running it; intents carry it
     status: Status = "running"
     steps: list[Step] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)  # published (durable) records
@@ -120,6 +121,8 @@ class Session:
     def event(self, event: Event) -> None:
         if event.kind == "staged" and event.action is not None:
             self._last_staged = event.action.key()
+        elif event.kind == "rejected":  # a repair that repeats the staged call is still the strong model's
+            self._last_staged = None
         self.record(event.kind, **{k: v for k, v in event_dict(event).items() if k != "kind"})
 
     def committed(self, steps: Sequence[Step]) -> None:
@@ -161,7 +164,8 @@ class Session:
         """Record the intent to run an approved write and return its idempotency key."""
         key = f"{self.id}:w{len(self.intents)}"
         author = "weak" if self._last_staged == Action(ActionKind.TOOL, call).key() else "strong"
-        self.intents[key] = {"key": key, "call": {"name": call.name, "arguments": call.arguments}, "author": author}
+        self.intents[key] = {"key": key, "call": {"name": call.name, "arguments": call.arguments}, "author": author,
+                             "epoch": self.epoch}
         self._key_of[Action(ActionKind.TOOL, call).key()] = key
         self.record("intent", **self.intents[key])
         return key

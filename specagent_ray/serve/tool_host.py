@@ -1,10 +1,12 @@
 """The tool host: where server-side tools run, apart from the coordinator.
 
 It holds each session's private tau2 environment and one MCP connection per MCP source, so a
-coordinator restart loses no tool state. Staged writes carry an idempotency key: a key executes at
-most once, and a repeated key (a coordinator resuming an intent it logged before it crashed) gets the
-first execution's observation back. ``write_executions`` counts real executions per key, on the tool
-side, which is what the at-most-once tests read.
+coordinator restart loses no tool state. Staged writes carry an idempotency key and the lease epoch of
+the coordinator that sends them. A key executes at most once, also across tool host restarts and shard
+changes: its claim is stored durably before the write runs (idempotency.py). A repeated key (a
+coordinator resuming an intent it logged before it crashed) gets the first execution's observation back;
+a write from an epoch older than the newest seen is refused. ``write_executions`` counts real executions
+per key, on the tool side, which is what the at-most-once tests read.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..protocol.types import Observation, ToolCall
+from ..storage.base import Store
 from .config import McpSource, Tau2Source, ToolSource
 from .handles import lane_of
+from .idempotency import IdempotencyRecords, KeyReused, StaleEpoch, call_digest, unknown_outcome
 
 
 class UnknownSource(ValueError):
@@ -24,15 +28,20 @@ class UnknownSource(ValueError):
 
 
 class ToolHost:
-    """Guarantees: a keyed call runs at most once per key, also when the same key arrives again
-    while the first is still running; unkeyed calls (reads) run every time."""
+    """Guarantees: a keyed call runs at most once per key, also when the same key arrives again while
+    the first is still running, and (with a ``store``) across restarts of this host and changes of the
+    shard count; a key reused for another call is refused; a write whose epoch is older than the newest
+    seen is refused; unkeyed calls (reads) run every time. Without a store the record is in memory only."""
 
-    def __init__(self, sources: Mapping[str, ToolSource]):
+    def __init__(self, sources: Mapping[str, ToolSource], store: Store | None = None):
         self.sources = dict(sources)
         self._envs: dict[tuple[str, str], Any] = {}
         self._mcp: dict[str, Any] = {}
         self._mcp_lock = asyncio.Lock()
-        self._done: dict[str, asyncio.Future] = {}
+        self._done: dict[str, tuple[str, asyncio.Future]] = {}  # key -> (call digest, its observation)
+        self._started: set[str] = set()  # keys whose write this host began: never begun again
+        self.records = IdempotencyRecords(store) if store is not None else None
+        self.newest_epoch = 0
         self.write_executions: Counter[str] = Counter()
 
     def _source(self, name: str) -> ToolSource:
@@ -48,24 +57,56 @@ class ToolHost:
         box = await self._toolbox(source, spec)
         return {t.name: {"parameters": t.parameters, "effect": t.effect.value} for t in box.catalog.values()}
 
-    async def execute(self, source: str, session_id: str, call: ToolCall, key: str | None = None) -> Observation:
+    async def execute(self, source: str, session_id: str, call: ToolCall, key: str | None = None,
+                      epoch: int | None = None) -> Observation:
         if key is None:
             return await self._run(source, session_id, call)
+        self._check_epoch(key, epoch)
+        digest = call_digest(call)
         first = self._done.get(key)
         if first is not None:
-            return await asyncio.shield(first)  # already ran (or is running): its observation, never a rerun
+            if first[0] != digest:
+                raise KeyReused(f"idempotency key {key} was first used for another call; refused")
+            return await asyncio.shield(first[1])  # already ran (or is running): its observation, never a rerun
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._done[key] = future
+        self._done[key] = (digest, future)
+        try:
+            prior = await self._claim(key, digest)
+        except BaseException:
+            del self._done[key]  # nothing ran; the next try asks the store again
+            future.cancel()
+            raise
+        if prior is not None:
+            future.set_result(prior)
+            return prior
+        self._started.add(key)
         self.write_executions[key] += 1
         try:
             result = await self._run(source, session_id, call)
         except BaseException as exc:
             # The outcome is unknown (it may have had an effect): the key stays spent, and asking
             # again reports the failure instead of running the write a second time.
-            future.set_result(Observation(f"Error: write outcome unknown: {type(exc).__name__}: {exc}", error=True))
+            future.set_result(unknown_outcome(key, f"{type(exc).__name__}: {exc}"))
             raise
         future.set_result(result)
+        if self.records is not None:  # durable before the write is acknowledged
+            await asyncio.to_thread(self.records.finish, key, digest, result)
         return result
+
+    def _check_epoch(self, key: str, epoch: int | None) -> None:
+        if epoch is None:
+            return
+        if epoch < self.newest_epoch:
+            raise StaleEpoch(f"write {key} comes from lease epoch {epoch}, older than epoch {self.newest_epoch} "
+                             "already seen here: its coordinator was displaced; refused")
+        self.newest_epoch = epoch
+
+    async def _claim(self, key: str, digest: str) -> Observation | None:
+        if key in self._started:
+            return unknown_outcome(key, "this tool host began it before")
+        if self.records is None:
+            return None
+        return await asyncio.to_thread(self.records.claim, key, digest)
 
     async def _run(self, source: str, session_id: str, call: ToolCall) -> Observation:
         spec = self._source(source)
@@ -99,6 +140,8 @@ class ToolHost:
     def close_session(self, session_id: str) -> None:
         for key in [k for k in self._envs if k[1] == session_id]:
             del self._envs[key]
+        for key in [k for k in self._done if k.startswith(session_id + ":")]:  # the store keeps them
+            del self._done[key]
 
     def stats(self) -> dict[str, Any]:
         return {"write_executions": dict(self.write_executions), "environments": len(self._envs)}
@@ -117,8 +160,9 @@ class ShardedToolHost:
     def shard(self, session_id: str) -> Any:
         return self.shards[lane_of(session_id, len(self.shards))]
 
-    async def execute(self, source: str, session_id: str, call: ToolCall, key: str | None = None) -> Observation:
-        return await self.shard(session_id).execute(source, session_id, call, key)
+    async def execute(self, source: str, session_id: str, call: ToolCall, key: str | None = None,
+                      epoch: int | None = None) -> Observation:
+        return await self.shard(session_id).execute(source, session_id, call, key, epoch)
 
     async def describe(self, source: str) -> dict[str, dict[str, Any]]:
         return await self.shards[0].describe(source)

@@ -45,3 +45,12 @@ def test_each_stored_trajectory_carries_an_estimated_resource_report(tmp_path):
         assert rep["gpu_seconds_source"] == "estimated" and rep["hbm_source"] == "estimated"
         assert rep["gpu_seconds"] > 0 and rep["hbm_bytes"] > 0  # never a 0 passed off as a reading
         assert rep["strong_calls"] == r["strong"]["calls"]
+
+
+def test_bench_restart_prints_time_to_ready_before_and_after_compaction(tmp_path, capsys):
+    rc = main(["bench", "restart", "--finished", "60", "--live", "4", "--dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out  # every live session was resumed by both starts
+    assert "before compaction" in out and "after compaction" in out and "measured" in out
+    before, after = (line for line in out.splitlines() if "compaction" in line and "│" in line)
+    assert " 64 " in before and " 4 " in after  # sessions restored: all of them, then only the live ones

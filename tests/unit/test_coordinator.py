@@ -17,10 +17,11 @@ from specagent_ray.serve.config import (
 )
 from specagent_ray.serve.coordinator import Coordinator
 from specagent_ray.serve.engine_client import SimEngineClient
-from specagent_ray.serve.errors import BadRequest, Conflict, NotFound, Overloaded
+from specagent_ray.serve.errors import BadRequest, Conflict, NotFound, Overloaded, ServiceUnavailable
 from specagent_ray.serve.handles import Local
 from specagent_ray.serve.sim_engine import SimEngine
 from specagent_ray.serve.tool_host import ShardedToolHost, ToolHost
+from specagent_ray.storage.base import StoreError
 from specagent_ray.storage.local import LocalStore
 
 FAST = LatencyModel(draft_base_s=0.001, draft_per_request_s=0, verify_base_s=0.002, verify_per_request_s=0,
@@ -32,6 +33,8 @@ SLOW = LatencyModel(draft_base_s=0.01, draft_per_request_s=0, verify_base_s=0.05
 
 
 def config(latency: LatencyModel = FAST, **coord) -> AppConfig:
+    coord.setdefault("lease_s", 1.0)  # a restarted coordinator waits out its predecessor's lease
+    coord.setdefault("lease_skew_s", 0.05)
     return AppConfig(engines=SimEngines(latency=latency), coordinator=CoordinatorConfig(**coord),
                      tool_sources={"airline": {"kind": "tau2", "domain": "airline"}, "app": ClientSource()})
 
@@ -43,7 +46,7 @@ class Cluster:
         self.cfg, self.store = cfg, LocalStore(tmp_path / "log")
         self.drafter = SimEngine("drafter", cfg.engines)
         self.verifier = SimEngine("verifier", cfg.engines)
-        self.hosts = [ToolHost(cfg.tool_sources) for _ in range(tool_hosts)]
+        self.hosts = [ToolHost(cfg.tool_sources, self.store) for _ in range(tool_hosts)]
         self.tools = self.hosts[0]
         self.coordinator = self._new()
 
@@ -95,7 +98,7 @@ async def test_sessions_run_to_completion_with_batched_verifies_and_a_durable_lo
     traj = await coord.trajectory(sids[0], grade=True)
     assert traj["reward"] in (0.0, 1.0) and traj["steps"] and traj["usage"]["strong"]["calls"] >= 1
     assert traj["resources"]["flops_source"] == "estimated"
-    replayed = coord.log.replay()
+    replayed = coord.log.replay().sessions
     assert set(replayed) == set(sids)
     assert all(records[-1]["t"] == "final" for records in replayed.values())
 
@@ -115,7 +118,7 @@ async def test_finished_sessions_free_their_tool_environments_and_only_the_newes
     await coord.trajectory(sids[3])
     with pytest.raises(NotFound, match="kept for the last 2"):
         await coord.trajectory(sids[0])
-    assert set(coord.log.replay()) == set(sids)  # dropped from memory, not from the log
+    assert set(coord.log.replay().sessions) == set(sids)  # dropped from memory, not from the log
 
 
 async def test_sharded_tool_hosts_keep_each_sessions_calls_on_one_shard(tmp_path):
@@ -268,3 +271,90 @@ async def test_client_tools_follow_the_trust_rules(tmp_path, trusted, overrides,
     catalog = await coord._catalog(req, coord.cfg.tool_sources["app"])
     assert {n: e.value for n, e in catalog.effects.items()} == effects
     assert catalog.effect("never_declared").value == "write"
+
+
+async def test_two_coordinators_on_one_log_the_newer_fences_the_older_and_no_write_runs_twice(tmp_path):
+    """Blue keeps running while green starts on the same log (a NewCluster upgrade, or a replica Serve
+    thought dead): green takes the lease, blue stops within one lease period, every session finishes on
+    green, and no write runs twice."""
+    cluster = Cluster(tmp_path, config(SLOW, lease_s=1.0))
+    blue = cluster.coordinator
+    await blue.start()
+    sids = [(await blue.create(sim(str(i), trial=i)))["session_id"] for i in range(8)]
+    await asyncio.sleep(0.5)
+    green = cluster._new()
+    started = asyncio.get_running_loop().time()
+    await green.start()  # waits out blue's lease before it reads the log
+    await asyncio.sleep(0.5)
+    assert blue.fenced and "taken over" in blue.fenced
+    assert asyncio.get_running_loop().time() - started < 1.0 + 0.05 + 0.5 + 0.5  # within one lease period
+    with pytest.raises(ServiceUnavailable, match="fenced"):
+        await blue.events(sids[0])
+    await finish(green, sids)
+    assert all(green.sessions[s].status in ("done", "cancelled") for s in sids)
+    assert sum(green.sessions[s].status == "done" for s in sids) >= 1
+    assert max(cluster.tools.write_executions.values()) == 1
+    assert green.stats()["log"]["epoch"] == blue.stats()["log"]["epoch"] + 1
+
+
+async def test_a_corrupt_segment_costs_one_session_and_is_reported(tmp_path):
+    cluster = Cluster(tmp_path, config())
+    coord = cluster.coordinator
+    await coord.start()
+    sids = [(await coord.create(sim(str(i), trial=i)))["session_id"] for i in range(3)]
+    await finish(coord, sids)
+    store = cluster.store
+    key = store.list("log/")[-1]
+    store.put(key, store.get(key) + b'{"sid":"' + sids[0].encode() + b'","i":99999,"t":"commit","steps":[\xff\n')
+    coord = await cluster.crash_and_restart()
+    stats = coord.stats()
+    assert list(stats["log"]["broken_sessions"]) == [sids[0]] and stats["log"]["problems"] == 1
+    assert key in stats["log"]["broken_sessions"][sids[0]] and "line" in stats["log"]["broken_sessions"][sids[0]]
+    with pytest.raises(NotFound, match="could not be restored"):
+        await coord.trajectory(sids[0])
+    assert (await coord.trajectory(sids[1]))["status"] == "done"
+    new = (await coord.create(sim("5")))["session_id"]  # and it serves
+    await finish(coord, [new])
+
+
+class RefusingStore:
+    """The session log's store while it refuses every new segment (an outage of its writes)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def create(self, key, data):
+        raise StoreError(f"injected outage: cannot create {key}")
+
+
+async def test_create_and_messages_are_answered_only_once_their_records_are_stored(tmp_path):
+    cluster = Cluster(tmp_path, config(ack_timeout_s=0.5))
+    coord = cluster.coordinator
+    await coord.start()
+    healthy = coord.log.store
+    coord.log.store = RefusingStore(healthy)
+    with pytest.raises(ServiceUnavailable, match="not acknowledged"):
+        await coord.create(sim("0"))
+    assert coord.stats()["sessions"]["running"] == 0  # ended unstarted, not left running
+    coord.log.store = healthy
+    out = await coord.create(CreateSession(tool_source="airline", task_id="0", message="Hi, I need help"))
+    sid = out["session_id"]
+    assert any(r["t"] == "created" for r in coord.log.replay().sessions[sid])  # stored before the answer
+    for _ in range(100):
+        if coord.sessions[sid].status == "waiting_user":
+            break
+        await asyncio.sleep(0.02)
+    coord.log.store = RefusingStore(healthy)
+    with pytest.raises(ServiceUnavailable, match="stays queued"):
+        await coord.post_message(sid, UserMessage(text="please cancel it"))
+    coord.log.store = healthy
+    for _ in range(100):  # the flusher keeps trying: the queued message is stored once the store is back
+        texts = [r.get("text") for r in coord.log.replay().sessions[sid] if r["t"] == "user_message"]
+        if texts:
+            break
+        await asyncio.sleep(0.05)
+    assert texts == ["please cancel it"]
+    await coord.cancel(sid)
