@@ -30,11 +30,13 @@ from ..serve.session_log import SessionLog
 from ..storage.local import LocalStore
 
 FAST = LatencyModel(draft_base_s=0, draft_per_request_s=0, verify_base_s=0, verify_per_request_s=0, step_base_s=0)
+# Engines that never answer within the measurement: resumed sessions stay live, so both starts see the same log.
+STILL = LatencyModel(draft_base_s=3600, verify_base_s=3600, step_base_s=3600)
 SESSIONS_PER_SEGMENT = 50
 
 
-def _config(retain: int) -> AppConfig:
-    return AppConfig(engines=SimEngines(latency=FAST),
+def _config(retain: int, latency: LatencyModel = FAST) -> AppConfig:
+    return AppConfig(engines=SimEngines(latency=latency),
                      coordinator=CoordinatorConfig(lease_s=5.0, retain_finished=retain, compact_min=10**12),
                      tool_sources={"airline": {"kind": "tau2", "domain": "airline"}})
 
@@ -90,7 +92,7 @@ async def _write_history(store: LocalStore, samples: list[list[dict]], finished:
 
 
 async def _time_to_ready(store: LocalStore, retain: int) -> dict[str, Any]:
-    coord = _coordinator(_config(retain), store)
+    coord = _coordinator(_config(retain, STILL), store)
     keys_before = len(store.list("log/")) + len(store.list("snap/"))
     start = time.perf_counter()
     await coord.start()

@@ -82,7 +82,7 @@ class ToolHost:
         self._started.add(key)
         self.write_executions[key] += 1
         try:
-            result = await self._run(source, session_id, call)
+            result = await self._run(source, session_id, call, key)
         except BaseException as exc:
             # The outcome is unknown (it may have had an effect): the key stays spent, and asking
             # again reports the failure instead of running the write a second time.
@@ -108,13 +108,13 @@ class ToolHost:
             return None
         return await asyncio.to_thread(self.records.claim, key, digest)
 
-    async def _run(self, source: str, session_id: str, call: ToolCall) -> Observation:
+    async def _run(self, source: str, session_id: str, call: ToolCall, key: str | None = None) -> Observation:
         spec = self._source(source)
         if isinstance(spec, Tau2Source):
             return await self._tau2(source, spec, session_id).execute(call)
         if isinstance(spec, McpSource):
             box = await self._toolbox(source, spec)
-            return await box.call(call)
+            return await box.call(call, key)  # the key travels in the request's _meta
         raise UnknownSource(f"tool source {source!r} runs on the client, not on the tool host")
 
     def _tau2(self, name: str, spec: Tau2Source, session_id: str) -> Any:

@@ -21,9 +21,11 @@ from mcp.server.context import (
     ServerMiddleware,
     ServerRequestContext,
 )
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ListToolsResult, ToolAnnotations
+
+from ..tools.mcp import IDEMPOTENCY_META  # the _meta entry McpToolbox sends with a staged write
 
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
@@ -47,7 +49,7 @@ def build_server(page_size: int | None = None) -> MCPServer:
         return balances[account]
 
     @mcp.tool(annotations=DESTRUCTIVE)
-    def transfer(source: str, target: str, amount: int) -> str:
+    def transfer(source: str, target: str, amount: int, ctx: Context) -> str:
         """Move ``amount`` from ``source`` to ``target``."""
         nonlocal transfers
         transfers += 1  # counted even when refused: the tool ran, which is what a write test checks
@@ -58,7 +60,8 @@ def build_server(page_size: int | None = None) -> MCPServer:
             raise ToolError(f"cannot transfer {amount} from {source}")
         balances[source] -= amount
         balances[target] += amount
-        return f"moved {amount} from {source} to {target}"
+        key = (ctx.request_context.meta or {}).get(IDEMPOTENCY_META)  # echoed, so a test sees it arrive
+        return f"moved {amount} from {source} to {target}" + (f" (idempotency key {key})" if key else "")
 
     @mcp.tool()
     def lookup_rate(currency: str) -> float:

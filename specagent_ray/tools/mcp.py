@@ -28,6 +28,8 @@ from pydantic import ValidationError
 
 from ..protocol.types import Effect, Observation, ToolCall
 
+IDEMPOTENCY_META = "specagent/idempotency-key"  # a _meta key (MCP: "prefix/name" outside the reserved prefixes)
+
 # A paginating server that never stops sending cursors must not hang start().
 _MAX_TOOL_PAGES = 1000
 # How long close() lets the SDK wind the connection down (stdio: close stdin, wait, kill) before cancelling.
@@ -177,9 +179,11 @@ class McpToolbox:
 
     # Calls.
 
-    async def call(self, call: ToolCall) -> Observation:
+    async def call(self, call: ToolCall, idempotency_key: str | None = None) -> Observation:
         """Run one tool call. Text contents are joined with newlines; structured content is JSON-dumped
-        when there is no text. Tool-level failures are ``error=True`` observations; see the class doc."""
+        when there is no text. Tool-level failures are ``error=True`` observations; see the class doc.
+        A staged write's idempotency key goes to the server in the request's ``_meta`` under
+        ``IDEMPOTENCY_META``, so a server that keeps its own record can refuse a repeat."""
         if call.name not in self.catalog:
             # Refused locally: a tool the catalog lacks has no decided effect, so it is never sent.
             offered = ", ".join(sorted(self.catalog)) or "no tools"
@@ -187,7 +191,8 @@ class McpToolbox:
                                error=True)
         client = self._live_client()
         try:
-            result = await self._until_lost(client.call_tool(call.name, call.arguments))
+            meta = {IDEMPOTENCY_META: idempotency_key} if idempotency_key else None
+            result = await self._until_lost(client.call_tool(call.name, call.arguments, meta=meta))
         except McpUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - sorted into tool-level and transport failures below

@@ -208,3 +208,21 @@ async def test_calls_before_start_and_after_close_are_unavailable(http_url):
 def test_bad_configuration_is_rejected_at_construction(kwargs):
     with pytest.raises(ValueError):
         McpToolbox(**kwargs)
+
+
+async def test_a_staged_write_sends_its_idempotency_key_in_meta_and_runs_once(http_url, tmp_path):
+    """Through the tool host: the key reaches the MCP server in ``_meta`` (it echoes it), and a repeat of
+    the key, even on a new tool host over the same store, returns the first result without a second run."""
+    from specagent_ray.serve.config import McpSource
+    from specagent_ray.serve.tool_host import ToolHost
+    from specagent_ray.storage import LocalStore
+
+    store, sources = LocalStore(tmp_path), {"bank": McpSource(url=http_url, trusted=True)}
+    async with McpToolbox(url=http_url, trusted=True) as toolbox:
+        before = await count(toolbox)
+        first = await ToolHost(sources, store).execute("bank", "s1", transfer("alice", "bob", 1), "s1:w0", 1)
+        assert "(idempotency key s1:w0)" in first.content and not first.error
+        again = await ToolHost(sources, store).execute("bank", "s1", transfer("alice", "bob", 1), "s1:w0", 1)
+        assert again == first and await count(toolbox) == before + 1
+        plain = await ToolHost(sources, store).execute("bank", "s1", transfer("alice", "bob", 1))
+        assert "idempotency key" not in plain.content  # reads and unkeyed calls carry no key
