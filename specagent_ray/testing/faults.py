@@ -48,7 +48,19 @@ class _Injector:
         return self.fault
 
 
-class FaultyStore:
+class _Faulty:
+    injector: _Injector
+
+    @property
+    def ops(self) -> int:
+        return self.injector.ops
+
+    @property
+    def injected(self) -> list[str]:
+        return self.injector.injected
+
+
+class FaultyStore(_Faulty):
     """A ``Store`` around ``inner`` with one fault at operation ``at`` (None: never)."""
 
     OPS = ("put", "create", "get", "read", "swap", "exists", "list", "delete")
@@ -58,14 +70,6 @@ class FaultyStore:
         self.inner, self.counts = inner, counts
         self.injector = _Injector(at, fault, delay_s)
         self.landed_late: list[threading.Thread] = []
-
-    @property
-    def ops(self) -> int:
-        return self.injector.ops
-
-    @property
-    def injected(self) -> list[str]:
-        return self.injector.injected
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
@@ -124,7 +128,7 @@ class Severable:
         return op
 
 
-class FaultyToolHost:
+class FaultyToolHost(_Faulty):
     """A tool host (``ToolHost``) whose ``execute`` fails at call ``at``; everything else passes through."""
 
     def __init__(self, inner: Any, at: int | None = None, fault: str = "raise", delay_s: float = 0.05,
@@ -132,38 +136,31 @@ class FaultyToolHost:
         self.inner, self.counts = inner, counts
         self.injector = _Injector(at, fault, delay_s)
 
-    @property
-    def ops(self) -> int:
-        return self.injector.ops
-
-    @property
-    def injected(self) -> list[str]:
-        return self.injector.injected
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     async def execute(self, source: str, session_id: str, call: Any, key: str | None = None,
                       epoch: int | None = None) -> Any:
         fault = self.injector.next(f"execute {call.name} key={key}") if self.counts(call, key) else None
-        run = self.inner.execute(source, session_id, call, key, epoch)
+
+        def run() -> Any:
+            return self.inner.execute(source, session_id, call, key, epoch)
         if fault == "raise":
-            run.close()
             raise ConnectionError(f"injected: tool host unreachable for {call.name}")
         if fault == "unknown":
-            await run
+            await run()
             raise ConnectionError(f"injected: {call.name} ran, but the answer was lost")
         if fault == "cancel":
             asyncio.get_running_loop().create_task(_late(run, self.injector.delay_s))
             raise asyncio.CancelledError(f"injected: caller cancelled during {call.name}")
         if fault == "delay":
             await asyncio.sleep(self.injector.delay_s)
-        return await run
+        return await run()
 
 
-async def _late(run: Any, delay_s: float) -> None:
+async def _late(run: Callable[[], Any], delay_s: float) -> None:
     await asyncio.sleep(delay_s)
     try:
-        await run
+        await run()
     except Exception:  # noqa: BLE001
         pass
