@@ -83,16 +83,7 @@ class S3Store:
         return version
 
     def read(self, key: str) -> tuple[bytes, str]:
-        name = self._name(key)
-        try:
-            obj = self.client.get_object(Bucket=self.bucket, Key=name)
-            return obj["Body"].read(), obj["ETag"]
-        except ClientError as exc:
-            if _code(exc) in ("NoSuchKey", "404"):
-                raise NotFound(key, str(self)) from None
-            raise StoreError(f"cannot read {self._where(name)}: {_reason(exc)}") from exc
-        except BotoCoreError as exc:
-            raise StoreError(f"cannot read {self._where(name)}: {_reason(exc)}") from exc
+        return self._get_object(key, "read")
 
     def swap(self, key: str, data: bytes, version: str) -> str:
         name = self._name(key)
@@ -106,15 +97,20 @@ class S3Store:
             raise StoreError(f"cannot swap {self._where(name)}: {_reason(exc)}") from exc
 
     def get(self, key: str) -> bytes:
+        return self._get_object(key, "get")[0]
+
+    def _get_object(self, key: str, verb: str) -> tuple[bytes, str]:
+        """The object's bytes and ETag; ``NotFound`` on a miss, ``StoreError`` ("cannot <verb> ...") else."""
         name = self._name(key)
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=name)["Body"].read()
+            obj = self.client.get_object(Bucket=self.bucket, Key=name)
+            return obj["Body"].read(), obj["ETag"]
         except ClientError as exc:
             if _code(exc) in ("NoSuchKey", "404"):
                 raise NotFound(key, str(self)) from None
-            raise StoreError(f"cannot get {self._where(name)}: {_reason(exc)}") from exc
+            raise StoreError(f"cannot {verb} {self._where(name)}: {_reason(exc)}") from exc
         except BotoCoreError as exc:
-            raise StoreError(f"cannot get {self._where(name)}: {_reason(exc)}") from exc
+            raise StoreError(f"cannot {verb} {self._where(name)}: {_reason(exc)}") from exc
 
     def exists(self, key: str) -> bool:
         name = self._name(key)
