@@ -14,6 +14,7 @@ from .base import AlreadyExists, NotFound, PreconditionFailed, check_key, check_
 # Files being written carry this prefix until os.replace gives them their key's name. Keys may not use it,
 # so a temp file left by a crash (kill -9, power loss) is never mistaken for an object.
 TMP_PREFIX = ".specagent-tmp-"
+FILE_MODE, FOLDER_MODE = 0o600, 0o700  # owner only: objects hold customer data
 
 
 class LocalStore:
@@ -28,6 +29,9 @@ class LocalStore:
     as ``O_EXCL`` does, but a reader never sees a partial file). ``swap`` holds an exclusive ``flock`` on a
     per-key lock file while it compares and replaces; versions are the SHA-256 of the content (as S3's
     ETag is a digest of it). Both hold between processes on one host or on a POSIX shared file system.
+
+    Objects hold customer data: every file the store writes is 0600 and every folder it makes is 0700,
+    whatever the umask (a root that already exists keeps its mode; it belongs to whoever mounted it).
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -58,8 +62,9 @@ class LocalStore:
 
     def swap(self, key: str, data: bytes, version: str) -> str:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.parent / f"{TMP_PREFIX}lock-{path.name}", "a") as lock:
+        _make_folders(path.parent)
+        lock_path = path.parent / f"{TMP_PREFIX}lock-{path.name}"
+        with os.fdopen(os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             current = _read(path)
             if current is None or _version(current) != version:
@@ -69,9 +74,9 @@ class LocalStore:
 
     def _install(self, path: Path, data: bytes, place) -> None:
         """Write ``data`` to a temp file, fsync it, then ``place(tmp, path)``: replace or link."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_folders(path.parent)
         tmp = path.parent / f"{TMP_PREFIX}{path.name}.{secrets.token_hex(6)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies, as for plain files
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -118,6 +123,18 @@ class LocalStore:
         if any(seg.startswith(TMP_PREFIX) for seg in key.split("/")):
             raise ValueError(f"invalid key {key!r}: names starting with {TMP_PREFIX!r} are reserved for temp files")
         return self.root / key
+
+
+def _make_folders(folder: Path) -> None:
+    """Create ``folder`` and its missing parents, each with ``FOLDER_MODE`` (a umask can only take bits
+    away, and never the owner's); folders that exist are left as they are."""
+    missing = []
+    while not folder.is_dir():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, FOLDER_MODE)
 
 
 def _read(path: Path) -> bytes | None:
