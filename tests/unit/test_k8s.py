@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -29,71 +27,38 @@ import yaml
 from referencing import Registry, Resource
 
 from specagent_ray.serve.profiles import OURS, RAY_LLM, validate_args
+from specagent_ray.testing.k8s import (
+    K8S,
+    KUBECTL_MISSING,
+    OVERLAYS,
+    PROFILE,
+    REPO,
+    cluster_of,
+    groups,
+    one,
+    pod_templates,
+    ray_containers,
+    render,
+    serve_config,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-K8S = REPO / "k8s"
-OVERLAYS = ("cpu-dev", "gpu-prod")
-PROFILE = {"cpu-dev": "sim", "gpu-prod": "gpu-tp16"}
 K8S_VERSION = "1.32.0"  # the oldest Kubernetes these manifests target (kubectl here is 1.32)
 CRDS = {("ray.io/v1", "RayService"): "rayservice", ("ray.io/v1", "RayJob"): "rayjob",
         ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor"}
 LOADTEST_FLAGS = {"--url", "--api-key-env", "--mode", "--sessions", "--concurrency", "--rate", "--duration-s",
                   "--tasks", "--out"}
-KUBECTL_MISSING = ("kubectl not found on PATH: k8s/render.sh needs kubectl >= 1.27 (built-in kustomize v5) to "
-                   "render the overlays. Install it; these checks fail rather than skip without it.")
-
-
-# ---------------------------------------------------------------------------------------------- render
-
-def render(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    if shutil.which("kubectl") is None:
-        pytest.fail(KUBECTL_MISSING, pytrace=False)
-    env = {**os.environ, "RENDER_DIR": str(out_dir), "PYTHON": sys.executable}
-    done = subprocess.run([str(K8S / "render.sh"), *OVERLAYS], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"k8s/render.sh failed:\n{done.stderr}"
-    return {o: [d for d in yaml.safe_load_all((out_dir / f"{o}.yaml").read_text()) if d] for o in OVERLAYS}
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
+    """Every overlay, rendered fresh (see specagent_ray/testing/k8s.py)."""
     return render(tmp_path_factory.mktemp("rendered"))
-
-
-def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
-    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
-    return copy.deepcopy(found[0])
-
-
-def cluster_of(doc: dict[str, Any]) -> dict[str, Any]:
-    return doc["spec"]["rayClusterConfig"] if doc["kind"] == "RayService" else doc["spec"]["rayClusterSpec"]
-
-
-def groups(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    cluster = cluster_of(doc)
-    return {"head": cluster["headGroupSpec"], **{g["groupName"]: g for g in cluster.get("workerGroupSpecs", [])}}
-
-
-def ray_containers(doc: dict[str, Any]):
-    for name, group in groups(doc).items():
-        yield name, group, group["template"]["spec"]["containers"][0]
-
-
-def serve_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return yaml.safe_load(one(docs, "RayService")["spec"]["serveConfigV2"])
 
 
 # ---------------------------------------------------------------------------------------------- validators
 
 def validate_builtin(doc: dict[str, Any]) -> None:
     kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-
-
-def pod_templates(doc: dict[str, Any]):
-    for name, group in groups(doc).items():
-        yield name, group["template"]
-    if doc["kind"] == "RayJob" and "submitterPodTemplate" in doc["spec"]:
-        yield "submitter", doc["spec"]["submitterPodTemplate"]
 
 
 def validate_pod_templates(doc: dict[str, Any]) -> None:
