@@ -141,9 +141,13 @@ def test_serve_config_is_generated_from_the_profile(rendered, overlay):
     text = one(rendered[overlay], "RayService")["spec"]["serveConfigV2"]
     if not spec["overrides"]:
         assert text.rstrip("\n") == profile_text.rstrip("\n")  # byte for byte, comments included
-    expected = yaml.safe_load(profile_text)
-    expected["http_options"]["host"] = "0.0.0.0"  # the only k8s-side change either overlay needs
-    assert yaml.safe_load(text) == expected
+    got, expected = yaml.safe_load(text), yaml.safe_load(profile_text)
+    expected["http_options"]["host"] = "0.0.0.0"  # a pod's Serve proxy answers on the pod IP
+    ours, mine = (next(a for a in c["applications"] if a["import_path"] == OURS) for c in (expected, got))
+    ours["deployments"] = mine["deployments"]  # pinned where their Secrets are (tests/security/test_k8s_pods.py)
+    if overlay == "cpu-dev":
+        ours["args"]["session_log"] = "/var/lib/specagent/sessions"  # on the cpu group's PVC
+    assert got == expected  # nothing else differs from the profile
     validate_serve_config(text)
     assert not any(d["kind"] == "ConfigMap" and d["metadata"]["name"] == "specagent-serve-config"
                    for d in rendered[overlay]), "the serve-config ConfigMap is a kustomize source only"
@@ -197,8 +201,11 @@ def test_ray_pods_have_probes_limits_shm_keys_and_pinned_images(rendered, overla
         if doc["kind"] == "RayService":
             for name, _, c in ray_containers(doc):
                 env = {e["name"]: e for e in c["env"]}
-                assert env["SPECAGENT_API_KEYS"]["valueFrom"]["secretKeyRef"] == {
-                    "name": "specagent-api-keys", "key": "api-keys"}, name
+                if name == "cpu":  # the Gateway's group (pinned there); no other pod gets the keys
+                    assert env["SPECAGENT_API_KEYS"]["valueFrom"]["secretKeyRef"] == {
+                        "name": "specagent-api-keys", "key": "api-keys"}, name
+                else:
+                    assert "SPECAGENT_API_KEYS" not in env, name
                 if name != "head":  # KubeRay's RayService rule: a worker is ready when its Serve proxy is
                     assert "localhost:8000/-/healthz" in " ".join(c["readinessProbe"]["exec"]["command"])
     app = next(a for a in serve_config(docs)["applications"] if a["import_path"] == OURS)
@@ -213,13 +220,14 @@ def test_ray_pods_have_probes_limits_shm_keys_and_pinned_images(rendered, overla
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_job_runs_the_load_test_and_the_bench_against_the_service(rendered, overlay):
     docs = rendered[overlay]
-    job, service = one(docs, "RayJob"), one(docs, "RayService")
+    job = one(docs, "RayJob")
     spec = job["spec"]
     assert spec["submissionMode"] == "K8sJobMode" and spec["shutdownAfterJobFinishes"] is True
     assert 0 < spec["ttlSecondsAfterFinished"] and 0 < spec["activeDeadlineSeconds"] <= 4 * 3600
     head = cluster_of(job)["headGroupSpec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in head["env"]}
-    assert env["SPECAGENT_URL"] == f"http://{service['metadata']['name']}-serve-svc:8000"  # KubeRay's Serve Service
+    public = one(docs, "Service", "specagent-gateway")  # the gateway proxy: the only public entry
+    assert env["SPECAGENT_URL"] == f"http://{public['metadata']['name']}:{public['spec']['ports'][0]['port']}"
     assert {e["name"]: e for e in head["env"]}["SPECAGENT_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == \
         "specagent-api-keys"
     commands = job_commands(spec["entrypoint"], env)
