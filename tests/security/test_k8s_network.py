@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -39,12 +39,11 @@ OTHER_PORT = ("", 23456)  # a port no container declares: Ray's workers, raylet 
 
 @dataclass(frozen=True)
 class Peer:
-    """Where a connection comes from: a pod with ``labels`` in a namespace with ``namespace`` labels, or
-    (``labels`` None) an address outside the cluster. ``name`` None means the overlay's own namespace."""
+    """Where a connection comes from: a pod with ``labels`` in the namespace called ``namespace`` (None: the
+    overlay's own), or, when ``labels`` is None, an address outside the cluster."""
 
     labels: dict[str, str] | None
-    name: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
+    namespace: str | None = None
 
 
 OUTSIDE = Peer(None)
@@ -76,13 +75,13 @@ def selects(selector: Doc | None, labels: dict[str, str]) -> bool:
 def peer_matches(peers: list[Doc] | None, peer: Peer, namespace: str) -> bool:
     if not peers:  # no `from`: every source
         return True
-    ns_labels = {"kubernetes.io/metadata.name": peer.name or namespace, **peer.extra}
+    ns_labels = {"kubernetes.io/metadata.name": peer.namespace or namespace}  # set by Kubernetes itself
     for p in peers:
         if "ipBlock" in p:
             return True  # an address range: treat it as admitting anything, pods and the outside alike
         if peer.labels is None:
             continue
-        ns_ok = selects(p["namespaceSelector"], ns_labels) if "namespaceSelector" in p else peer.name is None
+        ns_ok = selects(p["namespaceSelector"], ns_labels) if "namespaceSelector" in p else peer.namespace is None
         if ns_ok and selects(p.get("podSelector"), peer.labels):
             return True
     return False
@@ -116,7 +115,8 @@ def reachable(docs: list[Doc], peer: Peer) -> set[tuple[str, int]]:
     out = set()
     for where, doc, template in all_pod_templates(docs):
         labels = template.get("metadata", {}).get("labels", {})
-        ports = [(p.get("name", ""), p["containerPort"]) for c in template["spec"]["containers"] for p in c.get("ports", [])]
+        ports = [(p.get("name", ""), p["containerPort"])
+                 for c in template["spec"]["containers"] for p in c.get("ports", [])]
         for port in [*ports, OTHER_PORT]:
             if allowed(policies, labels, port, peer, doc["metadata"]["namespace"]):
                 out.add((where, port[1]))
@@ -136,7 +136,8 @@ def proxy_config(docs: list[Doc]) -> Doc:
 def connection_manager(config: Doc) -> Doc:
     (listener,) = config["static_resources"]["listeners"]
     (chain,) = listener["filter_chains"]
-    (hcm,) = [f["typed_config"] for f in chain["filters"] if f["name"] == "envoy.filters.network.http_connection_manager"]
+    (hcm,) = [f["typed_config"] for f in chain["filters"]
+              if f["name"] == "envoy.filters.network.http_connection_manager"]
     return hcm
 
 
@@ -198,7 +199,8 @@ def test_a_default_deny_policy_and_every_pod_selected(rendered, overlay):
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 @pytest.mark.parametrize("peer", [OUTSIDE, STRANGER_ELSEWHERE, STRANGER_HERE, *IMPOSTORS],
-                         ids=["outside", "elsewhere", "here", "operator-impostor", "prometheus-impostor", "proxy-impostor"])
+                         ids=["outside", "elsewhere", "here", "operator-impostor", "prometheus-impostor",
+                              "proxy-impostor"])
 def test_strangers_reach_only_the_gateway_port(rendered, overlay, peer):
     assert reachable(rendered[overlay], peer) == {(GATEWAY, 8000)}
 
@@ -208,7 +210,8 @@ def test_the_operator_and_prometheus_reach_only_their_ports(rendered, overlay):
     docs = rendered[overlay]
     heads = {"RayService/specagent/head", "RayJob/specagent-loadtest/head"}
     assert reachable(docs, OPERATOR) == {(GATEWAY, 8000)} | {(h, 8265) for h in heads}  # the dashboard API
-    ray = {w for w, d, _ in all_pod_templates(docs) if d["kind"] in ("RayService", "RayJob") and not w.endswith("submitter")}
+    ray = {w for w, d, _ in all_pod_templates(docs)
+           if d["kind"] in ("RayService", "RayJob") and not w.endswith("submitter")}
     metrics = {(w, 8080) for w in ray} | {("Deployment/specagent-otel-collector/pod", 8889)}
     assert reachable(docs, PROMETHEUS) == {(GATEWAY, 8000)} | metrics
 

@@ -188,7 +188,8 @@ def assert_on_a_persistent_volume(docs: list[Doc], template: Doc, path: str) -> 
     assert path.startswith("/"), f"session_log {path!r} is relative: it lands on the container's filesystem"
     spec = template["spec"]
     volumes = {v["name"]: v for v in spec["volumes"]}
-    mounts = [m for m in spec["containers"][0]["volumeMounts"] if (path + "/").startswith(m["mountPath"].rstrip("/") + "/")]
+    mounts = [m for m in spec["containers"][0]["volumeMounts"]
+              if (path + "/").startswith(m["mountPath"].rstrip("/") + "/")]
     assert mounts, f"session_log {path} is on no volume"
     claim = volumes[max(mounts, key=lambda m: len(m["mountPath"]))["name"]].get("persistentVolumeClaim")
     assert claim, f"session_log {path} is not on a PersistentVolumeClaim"
@@ -242,9 +243,10 @@ def test_a_loosened_security_context_is_caught(rendered, kind, path, value, erro
 def test_a_secret_given_to_a_pod_that_does_not_use_it_is_caught(rendered):
     docs = rendered["gpu-prod"]
     assert secret_problems(docs) == []
-    leak = {"name": "SPECAGENT_API_KEYS", "valueFrom": {"secretKeyRef": {"name": "specagent-api-keys", "key": "api-keys"}}}
+    leak = {"name": "SPECAGENT_API_KEYS",
+            "valueFrom": {"secretKeyRef": {"name": "specagent-api-keys", "key": "api-keys"}}}
     verifier = WORKER + ("containers", 0, "env")
-    env = one(docs, "RayService")["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["env"]
+    env = groups(one(docs, "RayService"))["verifier"]["template"]["spec"]["containers"][0]["env"]
     assert "RayService/specagent/verifier reads secret specagent-api-keys/api-keys" in \
         str(secret_problems(edit(docs, "RayService", verifier, [*env, leak])))
     whole = edit(docs, "RayJob", ("spec", "rayClusterSpec", "headGroupSpec", "template", "spec", "containers", 0,
