@@ -67,6 +67,8 @@ def start_head(temp_dir: str) -> tuple[subprocess.Popen, int]:
     cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "8",
            "--include-dashboard", "true", "--dashboard-host", "127.0.0.1", "--temp-dir", temp_dir,
            "--object-store-memory", "100000000", "--disable-usage-stats",
+           # the pod's cpu group offers this resource; the serve config pins the app's deployments to it
+           "--resources", '{"specagent_app": 1000}',
            *[str(x) for kv in ports.items() for x in kv]]
     env = ray_env()
     log = open(Path(temp_dir) / "ray-start.log", "w")  # noqa: SIM115 (closed with the process)
