@@ -28,22 +28,14 @@ from ..models.backend import BackendError
 from ..protocol.baselines import METHODS
 from ..protocol.interfaces import EngineUnavailable
 from ..protocol.runtime import Parts, SpecConfig
-from ..protocol.types import (
-    Action,
-    ActionKind,
-    Effect,
-    History,
-    Step,
-    Task,
-    Termination,
-    ToolCall,
-    Trajectory,
-)
+from ..protocol.types import History, Task, Termination, ToolCall, Trajectory
 from ..storage.base import Store, StoreError
 from .api import CreateSession, ToolResult, UserMessage
-from .config import AppConfig, ClientSource, McpSource, SimEngines, Tau2Source
+from .config import AppConfig, ClientSource
 from .errors import BadRequest, Conflict, NotFound, Overloaded, ServiceUnavailable
 from .lease import Fenced, Lease
+from .records import Created, Final, Opening, Record, Resumed, UserMessageRecord, parse
+from .reports import Metrics, merged
 from .session import (
     FINISHED,
     Catalog,
@@ -51,11 +43,11 @@ from .session import (
     Session,
     SessionTools,
     TimedUser,
-    call_from,
     summary,
 )
 from .session_log import SessionLog
-from .wire import observation_from, step_dict, step_from
+from .sources import ToolSources
+from .wire import step_dict
 
 log = logging.getLogger(__name__)
 GREETING = "Hi! How can I help you today?"  # tau2's default first agent message
@@ -83,7 +75,7 @@ class Coordinator:
         self._running: set[str] = set()
         self._finished: deque[str] = deque()  # in order of finishing; the oldest are dropped first
         self.metrics = Metrics()
-        self._catalogs: dict[str, Catalog] = {}
+        self.sources = ToolSources(cfg, tool_host)
         self._dirty: set[Session] = set()
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task | None = None
@@ -159,12 +151,12 @@ class Coordinator:
             for s, records in batches:
                 s.publish(records)
 
-    def _append(self, sid: str, record: dict[str, Any]) -> None:
-        self.log.append(sid, record)
+    def _append(self, sid: str, record: Record, data: dict[str, Any]) -> None:
+        self.log.append(sid, data)
         self._dirty.add(self.sessions[sid])
         self._wake.set()
         self.metrics.count(record)
-        if record["t"] == "verifier_fallback":
+        if record.t == "verifier_fallback":
             self.on_fallback("verifier")
 
     # -- API --------------------------------------------------------------------------------------------
@@ -174,16 +166,16 @@ class Coordinator:
         it in time the session is ended unstarted and the answer is 503."""
         self._serving()
         self._admit()
-        source = self._source(req)
-        task = await self._task(req, source)
-        catalog = await self._catalog(req, source)
+        source = self.sources.check(req)
+        task = await self.sources.task(req, source)
+        catalog = await self.sources.catalog(req, source)
         session = self._session(secrets.token_hex(8), req, task)
-        session.record("created", request=req.model_dump(mode="json"), opening=task.instruction)
+        session.record(Created(request=req, opening=task.instruction))
         try:
             await self._stored()
         except ServiceUnavailable:
             session.status, session.error = "failed", "not started: the session log did not store it in time"
-            session.record("final", status=session.status, termination=None, error=session.error)
+            session.record(Final(status=session.status, error=session.error))
             await self._finished_session(session, close_tools=False)
             raise
         finally:  # also when the request is cancelled: its record is queued, so the session exists
@@ -196,7 +188,7 @@ class Coordinator:
         s = self._live(sid)
         if s.request.user != "client":
             raise Conflict(f"session {sid}'s user is {s.request.user!r}; only client-user sessions take messages")
-        s.record("user_message", text=msg.text, stop=msg.stop)
+        s.record(UserMessageRecord(text=msg.text, stop=msg.stop))
         s.inbox.put_nowait((msg.text, msg.stop))
         await self._stored()
         return summary(s)
@@ -259,7 +251,7 @@ class Coordinator:
         from .reports import percentiles
 
         m = self.metrics
-        batches = {name: _merged(b.sizes for b in group) for name, group in self.engines.batchers().items()}
+        batches = {name: merged(b.sizes for b in group) for name, group in self.engines.batchers().items()}
         return {"engines": self.cfg.engines.kind, "sessions": {"running": len(self._running), **m.finished},
                 "in_memory": len(self.sessions),
                 "committed_steps": m.committed_steps, "overhead_s": percentiles(m.overheads),
@@ -302,77 +294,11 @@ class Coordinator:
             raise Conflict(f"session {sid} is {s.status}; it takes no more input")
         return s
 
-    def _source(self, req: CreateSession):
-        source = self.cfg.tool_sources.get(req.tool_source)
-        if source is None:
-            raise BadRequest(f"unknown tool source {req.tool_source!r}; this server offers: "
-                             f"{', '.join(sorted(self.cfg.tool_sources))}")
-        sim = isinstance(self.cfg.engines, SimEngines)
-        if req.client_tools and not isinstance(source, ClientSource):
-            raise BadRequest(f"client_tools need a client tool source; {req.tool_source!r} is {source.kind}")
-        if not isinstance(source, Tau2Source):
-            if sim:
-                raise BadRequest("simulated engines replay tau2 gold actions: pick a tau2 tool source")
-            if req.user != "client" or not req.message:
-                raise BadRequest(f"a {source.kind} session needs user 'client' and an opening message")
-        if req.user == "simulated" and not sim:
-            raise BadRequest("user 'simulated' (the scripted tau2 customer) needs simulated engines; use 'tau2'")
-        if req.user == "tau2" and sim:
-            raise BadRequest("user 'tau2' (tau2's LLM user simulator) needs model engines; use 'simulated'")
-        if req.user == "client" and not req.message:
-            raise BadRequest("a client-user session needs an opening message")
-        return source
-
-    async def _task(self, req: CreateSession, source) -> Task:
-        if not isinstance(source, Tau2Source):
-            return Task("adhoc", req.message or "")
-        domain = await self._domain(source.domain)
-        if req.task_id is None or req.task_id not in domain.tasks:
-            raise BadRequest(f"task_id {req.task_id!r} is not a {source.domain} task "
-                             f"({len(domain.tasks)} tasks, e.g. {', '.join(list(domain.tasks)[:3])})")
-        tau2_task = domain.tasks[req.task_id]
-        if req.user == "simulated":
-            from ..bench.simulation import first_user_message
-
-            return Task(req.task_id, first_user_message(tau2_task), tau2_task)
-        return Task(req.task_id, req.message or "", tau2_task)  # a tau2 user speaks first in the runner
-
-    @staticmethod
-    async def _domain(name: str):
-        from ..tools.tau2 import Tau2Domain
-
-        return await asyncio.to_thread(Tau2Domain.load, name)
-
-    async def _catalog(self, req: CreateSession, source) -> Catalog:
-        if isinstance(source, ClientSource):
-            from ..tools.mcp import effect_of
-
-            return Catalog({t.name: t.parameters for t in req.client_tools},
-                           {t.name: effect_of(t.name, t.read_only, source.trusted, source.overrides)
-                            for t in req.client_tools})
-        cached = self._catalogs.get(req.tool_source)
-        if cached is None:
-            if isinstance(source, Tau2Source):
-                d = await self._domain(source.domain)
-                cached = Catalog(d.tool_schemas, {n: d.effect(n) for n in d.tool_schemas}, d.policy)
-            else:
-                assert isinstance(source, McpSource)
-                try:
-                    tools = await self.tool_host.describe(req.tool_source)
-                except Exception as exc:  # noqa: BLE001 - the server is configured but down
-                    raise Conflict(f"tool source {req.tool_source!r} is unavailable: {exc}") from None
-                cached = Catalog({n: t["parameters"] for n, t in tools.items()},
-                                 {n: Effect(t["effect"]) for n, t in tools.items()})
-            self._catalogs[req.tool_source] = cached
-        return cached
-
     # -- sessions -----------------------------------------------------------------------------------------
 
     def _session(self, sid: str, req: CreateSession, task: Task) -> Session:
-        source = self.cfg.tool_sources[req.tool_source]
-        domain = source.domain if isinstance(source, Tau2Source) else ""
-        s = Session(sid, req, task, self._append, self.clock, domain=domain, epoch=self.log.epoch,
-                    overheads=self.metrics.overheads, log_waits=self.metrics.log_waits)
+        s = Session(sid, req, task, self._append, self.clock, domain=self.sources.domain_of(req),
+                    epoch=self.log.epoch, overheads=self.metrics.overheads, log_waits=self.metrics.log_waits)
         self.sessions[sid] = s
         self._running.add(sid)
         return s
@@ -427,7 +353,7 @@ class Coordinator:
                 with s.outside():
                     opening = await parts.user.user.reply(GREETING)  # type: ignore[attr-defined]
                 s.task = Task(s.task.id, opening.content, s.task.context)
-                s.record("opening", text=opening.content)
+                s.record(Opening(text=opening.content))
             await self._finish_intents(s, parts.tools)  # type: ignore[arg-type]
             spec = SpecConfig(k=s.request.k or self.cfg.defaults.k,
                               max_steps=s.request.max_steps or self.cfg.defaults.max_steps,
@@ -445,59 +371,35 @@ class Coordinator:
         except Exception as exc:
             log.exception("session %s failed", s.id)
             s.status, s.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
-        s.record("final", status=s.status, termination=s.termination, error=s.error)
+        s.record(Final(status=s.status, termination=s.termination, error=s.error))  # type: ignore[arg-type]
         await self._finished_session(s)
 
     async def _finish_intents(self, s: Session, tools: SessionTools) -> None:
         """Writes whose intent was logged but whose step was not committed before a restart: run them
         under their own key (the tool host answers a spent key with its first result) and commit."""
         for intent in s.unresolved_intents():
-            call = ToolCall(intent["call"]["name"], intent["call"]["arguments"])
-            key = intent["key"]
-            obs = s.results.get(key) or await tools.run_keyed(call, key)
-            action = Action(ActionKind.TOOL, call)
-            s._key_of[action.key()] = key
-            s.committed([Step(action, obs, intent["author"], Effect.WRITE)])
+            call = ToolCall(intent.call.name, intent.call.arguments)
+            s.resolved(intent, s.results.get(intent.key) or await tools.run_keyed(call, intent.key))
 
     async def _restore(self, sid: str, records: list[dict[str, Any]]) -> None:
-        created = records[0]
-        if created.get("t") != "created":
-            raise ValueError(f"session {sid}: log does not start with 'created'")
-        req = CreateSession.model_validate(created["request"])
+        """Rebuild one session from its records (``Session.restore``) and resume it unless it ended."""
+        created = parse(records[0]) if records else None
+        if not isinstance(created, Created):
+            raise ValueError(f"session {sid}: its log does not start with 'created'")
+        req = created.request
         source = self.cfg.tool_sources.get(req.tool_source)
         if source is None:
             raise ValueError(f"session {sid}: tool source {req.tool_source!r} is no longer configured")
-        task = await self._task(req, source)
-        s = self._session(sid, req, Task(task.id, created.get("opening") or "", task.context))
-        posted: list[tuple[str, bool]] = []
-        for r in records:
-            s.events.append({"seq": len(s.events), **r})
-            kind = r["t"]
-            if kind == "commit":
-                s.steps.extend(step_from(x) for x in r["steps"])
-                s.committed_keys.update(k for k in r["keys"] if k)
-                s.ledger.calls.extend(call_from(c) for c in r["calls"])
-            elif kind == "intent":
-                s.intents[r["key"]] = r
-            elif kind == "result":
-                s.results[r["key"]] = observation_from(r["observation"])
-            elif kind == "opening":
-                s.task = Task(s.task.id, r["text"], s.task.context)
-            elif kind == "user_message":
-                posted.append((r["text"], r["stop"]))
-            elif kind == "final":
-                s.status, s.termination, s.error = r["status"], r["termination"], r["error"]
-        s._calls_logged = len(s.ledger.calls)
+        task = await self.sources.task(req, source)
+        s = self._session(sid, req, Task(task.id, created.opening, task.context))
+        s.restore(records)
         self.metrics.committed_steps += len(s.steps)
         if s.status in FINISHED:
             await self._finished_session(s, close_tools=False)  # closed when it finished
             return
-        answered = sum(1 for x in s.steps if x.action.kind is ActionKind.MESSAGE) if req.user == "client" else 0
-        for message in posted[answered:]:
-            s.inbox.put_nowait(message)
-        s.record("resumed", committed_steps=len(s.steps))
+        s.record(Resumed(committed_steps=len(s.steps)))
         self.resumed += 1
-        s.runner = asyncio.get_running_loop().create_task(self._run(s, await self._catalog(req, source)))
+        s.runner = asyncio.get_running_loop().create_task(self._run(s, await self.sources.catalog(req, source)))
 
     def _grade(self, s: Session) -> float:
         from ..tools.tau2 import Grader, Tau2Domain
@@ -505,32 +407,3 @@ class Coordinator:
         grader = Grader(Tau2Domain.load(s.domain))
         trajectory = Trajectory(History(s.task, tuple(s.steps)), Termination(s.termination))
         return grader.reward(s.task.id, trajectory, s.task.instruction)
-
-
-class Metrics:
-    """Running totals for ``stats()``, kept as records are appended (no rescans). Overhead and log-wait
-    samples are bounded to the most recent ``keep``."""
-
-    def __init__(self, keep: int = 200_000):
-        self.committed_steps = self.fallbacks = self.redrafts = 0
-        self.cpu_at_start = time.process_time()
-        self.finished: dict[str, int] = {}
-        self.overheads: deque[float] = deque(maxlen=keep)
-        self.log_waits: deque[float] = deque(maxlen=keep)
-
-    def count(self, record: dict[str, Any]) -> None:
-        kind = record["t"]
-        if kind == "commit":
-            self.committed_steps += len(record["steps"])
-        elif kind == "verifier_fallback":
-            self.fallbacks += 1
-        elif kind == "redraft":
-            self.redrafts += 1
-
-
-def _merged(counters) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for c in counters:
-        for size, n in c.items():
-            out[size] = out.get(size, 0) + n
-    return dict(sorted(out.items()))

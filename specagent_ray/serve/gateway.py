@@ -22,9 +22,14 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from .api import CreateSession, ToolResult, UserMessage
 from .config import GatewayConfig
 from .errors import ApiError, Overloaded, ServiceUnavailable
+from .records import SessionEvent
 
 log = logging.getLogger(__name__)
 Call = Callable[..., Awaitable[Any]]  # (coordinator method name, *args) -> result
+
+
+class EventStream(StreamingResponse):
+    media_type = "text/event-stream"
 
 
 class Unavailable(Exception):
@@ -136,7 +141,8 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]])
         """The result of a pending client-side tool call (see ``tool_call_pending`` events)."""
         return await coordinator("post_tool_result", sid, body)
 
-    @app.get("/v1/sessions/{sid}/events", dependencies=auth)
+    @app.get("/v1/sessions/{sid}/events", dependencies=auth, response_class=EventStream,
+             responses={200: {"model": SessionEvent, "description": "a stream of session events"}})
     async def events(sid: str, after: int = 0) -> StreamingResponse:
         """Server-sent events, from ``after`` on: drafted, staged, accepted, rejected, tool_result, commit,
         fused_repair, strong_repair, agent_message, tool_call_pending, ..., final. Each has ``id: seq``."""
@@ -155,7 +161,7 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]])
                     yield ": keep-alive\n\n"
                 out = await coordinator("events", sid, after, cfg.events_wait_s)
 
-        return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return EventStream(stream(), headers={"Cache-Control": "no-cache"})
 
     @app.get("/v1/sessions/{sid}", dependencies=auth)
     async def trajectory(sid: str, grade: bool = False) -> dict[str, Any]:

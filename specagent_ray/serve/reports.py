@@ -1,12 +1,15 @@
-"""What the API reports about sessions: token usage by role, the resource report, and percentiles."""
+"""What the API reports: token usage by role, the resource report, percentiles, and the running totals."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..costs.ledger import Ledger
 from ..telemetry.resources import report_from_ledger
+from .records import Commit, ProtocolEvent, Record
 
 
 def usage_by_role(ledger: Ledger) -> dict[str, dict[str, Any]]:
@@ -33,3 +36,33 @@ def percentiles(values: Sequence[float], qs: Sequence[float] = (50, 90, 99)) -> 
         out[f"p{q:g}"] = ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))] \
             if ordered else None
     return out
+
+
+class Metrics:
+    """Running totals for the coordinator's ``stats()``, kept as records are appended (no rescans).
+    Overhead and log-wait samples are bounded to the most recent ``keep``."""
+
+    def __init__(self, keep: int = 200_000):
+        self.committed_steps = self.fallbacks = self.redrafts = 0
+        self.cpu_at_start = time.process_time()
+        self.finished: dict[str, int] = {}
+        self.overheads: deque[float] = deque(maxlen=keep)
+        self.log_waits: deque[float] = deque(maxlen=keep)
+
+    def count(self, record: Record) -> None:
+        match record:
+            case Commit(steps=steps):
+                self.committed_steps += len(steps)
+            case ProtocolEvent(t="verifier_fallback"):
+                self.fallbacks += 1
+            case ProtocolEvent(t="redraft"):
+                self.redrafts += 1
+
+
+def merged(counters: Iterable[Mapping[int, int]]) -> dict[int, int]:
+    """Histograms (size -> count) added up, by size."""
+    out: dict[int, int] = {}
+    for c in counters:
+        for size, n in c.items():
+            out[size] = out.get(size, 0) + n
+    return dict(sorted(out.items()))

@@ -30,7 +30,23 @@ from ..protocol.types import (
 from ..tools.schema import SchemaValidator
 from .api import CreateSession
 from .errors import NotFound
-from .wire import event_dict, observation_dict, step_dict
+from .records import (
+    AgentMessage,
+    Commit,
+    Created,
+    Final,
+    Intent,
+    Opening,
+    ProtocolEvent,
+    Record,
+    Result,
+    ToolCallPending,
+    ToolResultPosted,
+    ToolResultRecord,
+    UserMessageRecord,
+    parse,
+)
+from .wire import event_dict, observation_dict, observation_from, step_dict, step_from
 
 Status = str  # running | waiting_user | waiting_tool | done | failed | cancelled
 FINISHED = ("done", "failed", "cancelled")
@@ -61,7 +77,7 @@ class Session:
     id: str
     request: CreateSession
     task: Task
-    log: Callable[[str, dict[str, Any]], None]  # (session id, record) -> appended to the session log
+    log: Callable[[str, Record, dict[str, Any]], None]  # (session id, record, its JSON) -> the session log
     clock: Callable[[], float] = time.perf_counter
     domain: str = ""  # the tau2 domain, for tau2 sources
     epoch: int = 0  # the session log lease epoch of the coordinator running it; intents carry it
@@ -70,7 +86,7 @@ class Session:
     events: list[dict[str, Any]] = field(default_factory=list)  # published (durable) records
     unpublished: list[dict[str, Any]] = field(default_factory=list)
     ledger: Ledger = field(default_factory=Ledger)
-    intents: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> intent record
+    intents: dict[str, Intent] = field(default_factory=dict)  # idempotency key -> intent record
     results: dict[str, Observation] = field(default_factory=dict)
     committed_keys: set[str] = field(default_factory=set)
     inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
@@ -95,10 +111,10 @@ class Session:
 
     # -- records and events -----------------------------------------------------------------------
 
-    def record(self, kind: str, **data: Any) -> None:
-        rec = {"t": kind, **data}
-        self.log(self.id, rec)
-        self.unpublished.append(rec)
+    def record(self, rec: Record) -> None:
+        data = rec.data()
+        self.log(self.id, rec, data)
+        self.unpublished.append(data)
 
     def publish(self, records: Sequence[dict[str, Any]]) -> None:
         """Make durable records visible to event readers."""
@@ -123,7 +139,8 @@ class Session:
             self._last_staged = event.action.key()
         elif event.kind == "rejected":  # a repair that repeats the staged call is still the strong model's
             self._last_staged = None
-        self.record(event.kind, **{k: v for k, v in event_dict(event).items() if k != "kind"})
+        data = event_dict(event)
+        self.record(ProtocolEvent(t=data.pop("kind"), **data))
 
     def committed(self, steps: Sequence[Step]) -> None:
         keys = [self._key_of.pop(s.action.key(), None) if s.effect is Effect.WRITE else None for s in steps]
@@ -131,7 +148,7 @@ class Session:
         self.committed_keys.update(k for k in keys if k)
         calls = self.ledger.calls[self._calls_logged:]
         self._calls_logged = len(self.ledger.calls)
-        self.record("commit", steps=[step_dict(s) for s in steps], keys=keys, calls=[call_dict(c) for c in calls])
+        self.record(Commit(steps=[step_dict(s) for s in steps], keys=keys, calls=[call_dict(c) for c in calls]))
         now = self.clock()
         inside = (now - self._mark) - (self._outside - self._outside_mark)
         self.overheads.append(max(inside, 0.0) / len(steps))
@@ -164,25 +181,66 @@ class Session:
         """Record the intent to run an approved write and return its idempotency key."""
         key = f"{self.id}:w{len(self.intents)}"
         author = "weak" if self._last_staged == Action(ActionKind.TOOL, call).key() else "strong"
-        self.intents[key] = {"key": key, "call": {"name": call.name, "arguments": call.arguments}, "author": author,
-                             "epoch": self.epoch}
+        self.intents[key] = Intent(key=key, call={"name": call.name, "arguments": call.arguments}, author=author,
+                                   epoch=self.epoch)
         self._key_of[Action(ActionKind.TOOL, call).key()] = key
-        self.record("intent", **self.intents[key])
+        self.record(self.intents[key])
         return key
 
     def result(self, key: str, observation: Observation) -> None:
         self.results[key] = observation
-        self.record("result", key=key, observation=observation_dict(observation))
+        self.record(Result(key=key, observation=observation_dict(observation)))
 
-    def unresolved_intents(self) -> list[dict[str, Any]]:
+    def unresolved_intents(self) -> list[Intent]:
+        """Writes whose intent is logged but whose step is not committed (a restart came between)."""
         return [i for k, i in self.intents.items() if k not in self.committed_keys]
+
+    def resolved(self, intent: Intent, observation: Observation) -> None:
+        """Commit a resumed intent's write with what it returned, under the intent's own key."""
+        action = Action(ActionKind.TOOL, ToolCall(intent.call.name, intent.call.arguments))
+        self._key_of[action.key()] = intent.key
+        self.committed([Step(action, observation, intent.author, Effect.WRITE)])
+
+    # -- replay -----------------------------------------------------------------------------------
+
+    def restore(self, records: Sequence[dict[str, Any]]) -> None:
+        """Rebuild this session from its stored records (a restarted coordinator's replay): the event
+        stream, committed steps and their write keys, the ledger, intents and their results, how it
+        ended, and (client users) the posted messages no agent step has answered yet, queued again.
+        Raises ``ValueError`` (pydantic's ``ValidationError`` included) if a record is not a known kind."""
+        typed = [parse(r) for r in records]
+        if not typed or not isinstance(typed[0], Created):
+            raise ValueError(f"session {self.id}: its log does not start with 'created'")
+        posted: list[tuple[str, bool]] = []
+        for data, rec in zip(records, typed, strict=True):
+            self.events.append({"seq": len(self.events), **data})
+            match rec:
+                case Commit(steps=steps, keys=keys, calls=calls):
+                    self.steps.extend(step_from(x.model_dump()) for x in steps)
+                    self.committed_keys.update(k for k in keys if k)
+                    self.ledger.calls.extend(call_from(c.model_dump()) for c in calls)
+                case Intent(key=key):
+                    self.intents[key] = rec
+                case Result(key=key, observation=obs):
+                    self.results[key] = observation_from(obs.model_dump())  # type: ignore[assignment]
+                case Opening(text=text):
+                    self.task = Task(self.task.id, text, self.task.context)
+                case UserMessageRecord(text=text, stop=stop):
+                    posted.append((text, stop))
+                case Final(status=status, termination=termination, error=error):
+                    self.status, self.termination, self.error = status, termination, error
+        self._calls_logged = len(self.ledger.calls)
+        if self.request.user == "client" and self.status not in FINISHED:
+            answered = sum(1 for x in self.steps if x.action.kind is ActionKind.MESSAGE)
+            for message in posted[answered:]:
+                self.inbox.put_nowait(message)
 
     # -- client-side tools --------------------------------------------------------------------------
 
     async def client_call(self, call: ToolCall, call_id: str) -> Observation:
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self.pending_calls[call_id] = future
-        self.record("tool_call_pending", call_id=call_id, name=call.name, arguments=call.arguments)
+        self.record(ToolCallPending(call_id=call_id, name=call.name, arguments=call.arguments))
         self.status = "waiting_tool"
         try:
             with self.outside():
@@ -197,7 +255,7 @@ class Session:
         if future is None or future.done():
             pending = ", ".join(sorted(self.pending_calls)) or "none"
             raise NotFound(f"session {self.id} has no pending tool call {call_id!r} (pending: {pending})")
-        self.record("tool_result_posted", call_id=call_id, observation=observation_dict(observation))
+        self.record(ToolResultPosted(call_id=call_id, observation=observation_dict(observation)))
         future.set_result(observation)
 
 
@@ -239,7 +297,7 @@ class SessionTools:
         else:
             with self.session.outside():
                 obs = await self._run(call, None)
-        self.session.record("tool_result", name=call.name, observation=observation_dict(obs))
+        self.session.record(ToolResultRecord(name=call.name, observation=observation_dict(obs)))
         return obs
 
     async def run_keyed(self, call: ToolCall, key: str) -> Observation:
@@ -258,7 +316,7 @@ class ClientUser:
 
     async def reply(self, text: str) -> Observation:
         s = self.session
-        s.record("agent_message", text=text)
+        s.record(AgentMessage(text=text))
         s.status = "waiting_user"
         try:
             with s.outside():
@@ -276,10 +334,10 @@ class TimedUser:
         self.session, self.user = session, user
 
     async def reply(self, text: str) -> Observation:
-        self.session.record("agent_message", text=text)
+        self.session.record(AgentMessage(text=text))
         with self.session.outside():
             obs = await self.user.reply(text)
-        self.session.record("user_message", text=obs.content, stop=obs.user_stop)
+        self.session.record(UserMessageRecord(text=obs.content, stop=obs.user_stop))
         return obs
 
 

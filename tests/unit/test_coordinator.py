@@ -19,6 +19,7 @@ from specagent_ray.serve.coordinator import Coordinator
 from specagent_ray.serve.engine_client import SimEngineClient
 from specagent_ray.serve.errors import BadRequest, Conflict, NotFound, Overloaded, ServiceUnavailable
 from specagent_ray.serve.handles import Local
+from specagent_ray.serve.records import parse
 from specagent_ray.serve.sim_engine import SimEngine
 from specagent_ray.serve.tool_host import ShardedToolHost, ToolHost
 from specagent_ray.storage.base import StoreError
@@ -77,6 +78,9 @@ async def finish(coord: Coordinator, sids, timeout=60):
             if out["done"]:
                 return out
     return await asyncio.wait_for(asyncio.gather(*(one(s) for s in sids)), timeout)
+
+
+WRITING_TASKS = ("7", "9", "14")  # airline tasks whose gold actions write (cancel, book, update)
 
 
 def sim(task_id="0", **kw) -> CreateSession:
@@ -270,7 +274,7 @@ async def test_client_tools_follow_the_trust_rules(tmp_path, trusted, overrides,
     coord = Cluster(tmp_path, cfg).coordinator
     tools = [ClientTool(name="peek", read_only=True), ClientTool(name="poke")]
     req = CreateSession(tool_source="app", message="hi", client_tools=tools)
-    catalog = await coord._catalog(req, coord.cfg.tool_sources["app"])
+    catalog = await coord.sources.catalog(req, coord.cfg.tool_sources["app"])
     assert {n: e.value for n, e in catalog.effects.items()} == effects
     assert catalog.effect("never_declared").value == "write"
 
@@ -307,14 +311,17 @@ async def test_a_corrupt_segment_costs_one_session_and_is_reported(tmp_path):
     await finish(coord, sids)
     store = cluster.store
     key = store.list("log/")[-1]
-    store.put(key, store.get(key) + b'{"sid":"' + sids[0].encode() + b'","i":99999,"t":"commit","steps":[\xff\n')
+    store.put(key, store.get(key) + b'{"sid":"' + sids[0].encode() + b'","i":99999,"t":"commit","steps":[\xff\n'
+              + b'{"sid":"' + sids[1].encode() + b'","i":99998,"t":"commit","steps":"not steps"}\n')  # wrong shape
     coord = await cluster.crash_and_restart()
     stats = coord.stats()
-    assert list(stats["log"]["broken_sessions"]) == [sids[0]] and stats["log"]["problems"] == 1
-    assert key in stats["log"]["broken_sessions"][sids[0]] and "line" in stats["log"]["broken_sessions"][sids[0]]
+    broken = stats["log"]["broken_sessions"]
+    assert set(broken) == {sids[0], sids[1]} and stats["log"]["problems"] == 1
+    assert key in broken[sids[0]] and "line" in broken[sids[0]]
+    assert "restore failed: ValidationError" in broken[sids[1]] and "steps" in broken[sids[1]]
     with pytest.raises(NotFound, match="could not be restored"):
         await coord.trajectory(sids[0])
-    assert (await coord.trajectory(sids[1]))["status"] == "done"
+    assert (await coord.trajectory(sids[2]))["status"] == "done"
     new = (await coord.create(sim("5")))["session_id"]  # and it serves
     await finish(coord, [new])
 
@@ -360,3 +367,25 @@ async def test_create_and_messages_are_answered_only_once_their_records_are_stor
         await asyncio.sleep(0.05)
     assert texts == ["please cancel it"]
     await coord.cancel(sid)
+
+
+async def test_every_stored_record_is_one_typed_kind_and_restore_rebuilds_the_same_session(tmp_path):
+    cluster = Cluster(tmp_path, config())
+    coord = cluster.coordinator
+    await coord.start()
+    sids = [(await coord.create(sim(t, trial=1)))["session_id"] for t in WRITING_TASKS]
+    await finish(coord, sids)
+    kinds = set()
+    for sid, records in coord.log.replay().sessions.items():
+        for r in records:
+            assert parse(r).data() == r, r  # the JSON form is exactly the typed record's
+            kinds.add(r["t"])
+    assert {"created", "agent_message", "user_message", "drafted", "staged", "accepted", "intent", "result",
+            "tool_result", "commit", "final"} <= kinds
+    before = {sid: coord.sessions[sid] for sid in sids}
+    coord = await cluster.crash_and_restart()
+    for sid, a in before.items():
+        b = coord.sessions[sid]
+        assert (b.steps, b.status, b.termination, b.committed_keys, b.intents, b.ledger.calls) == \
+               (a.steps, a.status, a.termination, a.committed_keys, a.intents, a.ledger.calls)
+        assert b.events == a.events

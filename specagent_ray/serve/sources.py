@@ -1,0 +1,96 @@
+"""The server's tool sources as a session sees them: which requests they take, the task a request names,
+and the tool catalog a session gets.
+
+Guarantees: a request names only a configured source (the client never picks a command or a URL); a
+source's tool catalog is described once and cached; an MCP source that is down answers 409.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..protocol.types import Effect, Task
+from .api import CreateSession
+from .config import AppConfig, ClientSource, McpSource, SimEngines, Tau2Source
+from .errors import BadRequest, Conflict
+from .session import Catalog
+
+
+class ToolSources:
+    def __init__(self, cfg: AppConfig, tool_host: Any):
+        self.cfg = cfg
+        self.tool_host = tool_host
+        self._catalogs: dict[str, Catalog] = {}
+
+    def check(self, req: CreateSession):
+        """The configured source the request names, if the request suits it and the engines (400 if not)."""
+        source = self.cfg.tool_sources.get(req.tool_source)
+        if source is None:
+            raise BadRequest(f"unknown tool source {req.tool_source!r}; this server offers: "
+                             f"{', '.join(sorted(self.cfg.tool_sources))}")
+        sim = isinstance(self.cfg.engines, SimEngines)
+        if req.client_tools and not isinstance(source, ClientSource):
+            raise BadRequest(f"client_tools need a client tool source; {req.tool_source!r} is {source.kind}")
+        if not isinstance(source, Tau2Source):
+            if sim:
+                raise BadRequest("simulated engines replay tau2 gold actions: pick a tau2 tool source")
+            if req.user != "client" or not req.message:
+                raise BadRequest(f"a {source.kind} session needs user 'client' and an opening message")
+        if req.user == "simulated" and not sim:
+            raise BadRequest("user 'simulated' (the scripted tau2 customer) needs simulated engines; use 'tau2'")
+        if req.user == "tau2" and sim:
+            raise BadRequest("user 'tau2' (tau2's LLM user simulator) needs model engines; use 'simulated'")
+        if req.user == "client" and not req.message:
+            raise BadRequest("a client-user session needs an opening message")
+        return source
+
+    def domain_of(self, req: CreateSession) -> str:
+        """The tau2 domain a request's source serves ('' for other sources)."""
+        source = self.cfg.tool_sources[req.tool_source]
+        return source.domain if isinstance(source, Tau2Source) else ""
+
+    async def task(self, req: CreateSession, source) -> Task:
+        """The task a request names: a tau2 task (by id) for tau2 sources, else an ad-hoc one."""
+        if not isinstance(source, Tau2Source):
+            return Task("adhoc", req.message or "")
+        domain = await self.domain(source.domain)
+        if req.task_id is None or req.task_id not in domain.tasks:
+            raise BadRequest(f"task_id {req.task_id!r} is not a {source.domain} task "
+                             f"({len(domain.tasks)} tasks, e.g. {', '.join(list(domain.tasks)[:3])})")
+        tau2_task = domain.tasks[req.task_id]
+        if req.user == "simulated":
+            from ..bench.simulation import first_user_message
+
+            return Task(req.task_id, first_user_message(tau2_task), tau2_task)
+        return Task(req.task_id, req.message or "", tau2_task)  # a tau2 user speaks first in the runner
+
+    @staticmethod
+    async def domain(name: str):
+        from ..tools.tau2 import Tau2Domain
+
+        return await asyncio.to_thread(Tau2Domain.load, name)
+
+    async def catalog(self, req: CreateSession, source) -> Catalog:
+        """The session's tools: the client's own (client sources), else the source's, described once."""
+        if isinstance(source, ClientSource):
+            from ..tools.mcp import effect_of
+
+            return Catalog({t.name: t.parameters for t in req.client_tools},
+                           {t.name: effect_of(t.name, t.read_only, source.trusted, source.overrides)
+                            for t in req.client_tools})
+        cached = self._catalogs.get(req.tool_source)
+        if cached is None:
+            if isinstance(source, Tau2Source):
+                d = await self.domain(source.domain)
+                cached = Catalog(d.tool_schemas, {n: d.effect(n) for n in d.tool_schemas}, d.policy)
+            else:
+                assert isinstance(source, McpSource)
+                try:
+                    tools = await self.tool_host.describe(req.tool_source)
+                except Exception as exc:  # noqa: BLE001 - the server is configured but down
+                    raise Conflict(f"tool source {req.tool_source!r} is unavailable: {exc}") from None
+                cached = Catalog({n: t["parameters"] for n, t in tools.items()},
+                                 {n: Effect(t["effect"]) for n, t in tools.items()})
+            self._catalogs[req.tool_source] = cached
+        return cached
