@@ -73,6 +73,7 @@ class Coordinator:
         self.clock = clock
         self.sessions: dict[str, Session] = {}
         self._running: set[str] = set()
+        self._admitting = 0  # creates admitted but not yet running: they hold a slot while they await
         self._finished: deque[str] = deque()  # in order of finishing; the oldest are dropped first
         self.metrics = Metrics()
         self.sources = ToolSources(cfg, tool_host)
@@ -166,10 +167,14 @@ class Coordinator:
         it in time the session is ended unstarted and the answer is 503."""
         self._serving()
         self._admit()
-        source = self.sources.check(req)
-        task = await self.sources.task(req, source)
-        catalog = await self.sources.catalog(req, source)
-        session = self._session(secrets.token_hex(8), req, task)
+        self._admitting += 1  # taken before the first await, so a burst cannot overrun the limit
+        try:
+            source = self.sources.check(req)
+            task = await self.sources.task(req, source)
+            catalog = await self.sources.catalog(req, source)
+            session = self._session(secrets.token_hex(8), req, task)
+        finally:
+            self._admitting -= 1
         session.record(Created(request=req, opening=task.instruction))
         try:
             await self._stored()
@@ -267,7 +272,7 @@ class Coordinator:
 
     def _admit(self) -> None:
         c = self.cfg.coordinator
-        running = len(self._running)
+        running = len(self._running) + self._admitting
         if running >= c.max_sessions:
             raise Overloaded(f"{running} sessions running, the limit is {c.max_sessions}", c.retry_after_s)
         if self.engines.queued() >= c.queue_limit:

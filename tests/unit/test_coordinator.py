@@ -226,6 +226,19 @@ async def test_admission_control_answers_429_past_the_session_limit(tmp_path):
     assert err.value.retry_after_s == 3 and "limit is 2" in err.value.message
 
 
+async def test_a_burst_of_creates_admits_exactly_the_session_limit(tmp_path):
+    """200 creates at once against max_sessions 50: each takes its slot before its first await."""
+    coord = Cluster(tmp_path, config(max_sessions=50)).coordinator
+    await coord.start()
+    outcomes = await asyncio.gather(*(coord.create(sim(str(i % 50), trial=i)) for i in range(200)),
+                                    return_exceptions=True)
+    admitted = [o for o in outcomes if isinstance(o, dict)]
+    assert len(admitted) == 50 and all(isinstance(o, Overloaded) for o in outcomes if not isinstance(o, dict))
+    assert coord.stats()["sessions"]["running"] <= 50
+    for sid in [o["session_id"] for o in admitted]:
+        await coord.cancel(sid)
+
+
 @pytest.mark.parametrize("req, error, text", [
     (dict(tool_source="nope", task_id="0", user="simulated"), BadRequest, "unknown tool source 'nope'"),
     (dict(tool_source="airline", task_id="999", user="simulated"), BadRequest, "not a airline task"),
