@@ -33,7 +33,6 @@ from .errors import NotFound
 from .records import (
     AgentMessage,
     Commit,
-    Created,
     Final,
     Intent,
     Opening,
@@ -208,9 +207,7 @@ class Session:
         stream, committed steps and their write keys, the ledger, intents and their results, how it
         ended, and (client users) the posted messages no agent step has answered yet, queued again.
         Raises ``ValueError`` (pydantic's ``ValidationError`` included) if a record is not a known kind."""
-        typed = [parse(r) for r in records]
-        if not typed or not isinstance(typed[0], Created):
-            raise ValueError(f"session {self.id}: its log does not start with 'created'")
+        typed = [parse(r) for r in records]  # the caller checked that the first is ``created``
         posted: list[tuple[str, bool]] = []
         for data, rec in zip(records, typed, strict=True):
             self.events.append({"seq": len(self.events), **data})
