@@ -35,7 +35,7 @@ from .config import AppConfig, ClientSource
 from .errors import BadRequest, Conflict, NotFound, Overloaded, ServiceUnavailable
 from .lease import Fenced, Lease
 from .records import Created, Final, Opening, Record, Resumed, UserMessageRecord, parse
-from .reports import Metrics, merged
+from .reports import Metrics, merged, percentiles, resource_report, usage_by_role
 from .session import (
     FINISHED,
     Catalog,
@@ -245,7 +245,6 @@ class Coordinator:
         if grade and s.reward is None and s.status == "done" and s.domain:
             s.reward = await asyncio.to_thread(self._grade, s)
         from ..bench.tau2 import Hardware
-        from .reports import resource_report, usage_by_role
 
         return {**summary(s), "method": s.request.method or self.cfg.defaults.method,
                 "task_id": s.task.id, "opening": s.task.instruction, "reward": s.reward,
@@ -253,8 +252,6 @@ class Coordinator:
                 "resources": resource_report(s.ledger, Hardware())}
 
     def stats(self) -> dict[str, Any]:
-        from .reports import percentiles
-
         m = self.metrics
         batches = {name: merged(b.sizes for b in group) for name, group in self.engines.batchers().items()}
         return {"engines": self.cfg.engines.kind, "sessions": {"running": len(self._running), **m.finished},
