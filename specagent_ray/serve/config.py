@@ -100,7 +100,13 @@ class GatewayConfig(Strict):
     dev_api_key: str | None = None
     max_body_bytes: int = Field(65536, ge=1024)
     events_wait_s: float = Field(15.0, gt=0, description="SSE long-poll slice")
-    coordinator_retry_s: float = Field(120.0, gt=0, description="how long a request waits for a restarting coordinator")
+    coordinator_retry_s: float = Field(120.0, gt=0, description="how long an idempotent request waits for a "
+                                       "restarting coordinator (only 'coordinator unavailable' errors are retried)")
+    docs: bool = Field(False, description="serve /docs, /redoc and /openapi.json (without a key); keep it off "
+                       "in production, where the API's shape is nobody's business but the clients'")
+    rate_per_s: float = Field(50.0, gt=0, description="per-tenant request rate (token bucket, per gateway "
+                              "replica); above it a request gets 429 with Retry-After")
+    burst: int = Field(100, ge=1, description="per-tenant token bucket size: requests a tenant may send at once")
 
 
 EffectName = Literal["read", "write"]
@@ -158,10 +164,16 @@ class SessionDefaults(Strict):
         return self
 
 
+PRODUCTION_METHODS = ("specagent", "strong")  # every write is checked (or written) by the strong model
+
+
 class AppConfig(Strict):
-    """Everything ``build_app`` needs. ``session_log`` is a store URI (a local folder by default)."""
+    """Everything ``build_app`` needs. ``session_log`` is a store URI (a local folder by default).
+    ``methods`` are the methods clients may ask for: by default only those whose writes the strong model
+    checks; the baselines (weak, agentcollab, ...) run weak-model writes unchecked and belong to the bench."""
 
     engines: Engines = SimEngines()
+    methods: tuple[str, ...] = Field(PRODUCTION_METHODS, min_length=1)
     coordinator: CoordinatorConfig = CoordinatorConfig()
     gateway: GatewayConfig = GatewayConfig()
     tool_sources: dict[str, ToolSource] = {"airline": Tau2Source(domain="airline")}
@@ -169,3 +181,12 @@ class AppConfig(Strict):
                             "sessions are spread over them by a hash of their id")
     defaults: SessionDefaults = SessionDefaults()
     session_log: str = ".specagent/sessions"
+
+    @model_validator(mode="after")
+    def _methods_known(self) -> AppConfig:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
+        if self.defaults.method not in self.methods:
+            raise ValueError(f"the default method {self.defaults.method!r} is not in methods {list(self.methods)}")
+        return self

@@ -15,6 +15,12 @@ class BadRequest(ApiError):
     status = 400
 
 
+class Forbidden(ApiError):
+    """The key is valid, but this server does not let anyone do that (a method outside the profile's list)."""
+
+    status = 403
+
+
 class NotFound(ApiError):
     status = 404
 

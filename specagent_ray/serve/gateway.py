@@ -82,8 +82,9 @@ async def _too_large(limit: int, send: Callable) -> None:
 
 def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]]) -> FastAPI:
     """The FastAPI app over a coordinator reached through ``call``; ``keys()`` is read per request."""
+    docs = {} if cfg.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="specagent-ray", version="0.1.0",
-                  description="Agent sessions served with trajectory-level speculation (SpecAgent).")
+                  description="Agent sessions served with trajectory-level speculation (SpecAgent).", **docs)
     app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
 
     async def authorized(request: Request) -> None:

@@ -1,7 +1,8 @@
 """The server's tool sources as a session sees them: which requests they take, the task a request names,
 and the tool catalog a session gets.
 
-Guarantees: a request names only a configured source (the client never picks a command or a URL); a
+Guarantees: a request names only a configured source (the client never picks a command or a URL) and
+only a method the profile serves (403 otherwise: a client cannot switch write verification off); a
 source's tool catalog is described once and cached; an MCP source that is down answers 409.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 from ..protocol.types import Effect, Task
 from .api import CreateSession
 from .config import AppConfig, ClientSource, McpSource, SimEngines, Tau2Source
-from .errors import BadRequest, Conflict
+from .errors import BadRequest, Conflict, Forbidden
 from .session import Catalog
 
 
@@ -29,6 +30,9 @@ class ToolSources:
         if source is None:
             raise BadRequest(f"unknown tool source {req.tool_source!r}; this server offers: "
                              f"{', '.join(sorted(self.cfg.tool_sources))}")
+        method = req.method or self.cfg.defaults.method
+        if method not in self.cfg.methods:
+            raise Forbidden(f"method {method!r} is not served here; this server serves: {', '.join(self.cfg.methods)}")
         sim = isinstance(self.cfg.engines, SimEngines)
         if req.client_tools and not isinstance(source, ClientSource):
             raise BadRequest(f"client_tools need a client tool source; {req.tool_source!r} is {source.kind}")

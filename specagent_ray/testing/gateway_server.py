@@ -38,8 +38,10 @@ class FailAfter:
 
 @contextmanager
 def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: LatencyModel = FAST,
-                       **coordinator: Any) -> Iterator[str]:
-    """Yields the base URL of a gateway (API key ``dev-key``) over an in-process sim coordinator."""
+                       keys: tuple[str, ...] = ("dev-key",), app: dict[str, Any] | None = None,
+                       gateway: dict[str, Any] | None = None, **coordinator: Any) -> Iterator[str]:
+    """Yields the base URL of a gateway (API keys ``keys``) over an in-process sim coordinator; ``app``,
+    ``gateway`` and ``coordinator`` override the application's config."""
     from ..serve.coordinator import Coordinator
     from ..serve.engine_client import SimEngineClient
     from ..serve.gateway import make_api
@@ -50,9 +52,9 @@ def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: La
 
     cfg = AppConfig.model_validate({
         "engines": SimEngines(latency=latency).model_dump(), "coordinator": coordinator,
-        "gateway": {"dev_api_key": "dev-key", "coordinator_retry_s": 1.0},
+        "gateway": {"coordinator_retry_s": 1.0, **(gateway or {})},
         "tool_sources": {"airline": {"kind": "tau2", "domain": "airline"},
-                         "retail": {"kind": "tau2", "domain": "retail"}}})
+                         "retail": {"kind": "tau2", "domain": "retail"}}, **(app or {})})
     engines = SimEngineClient(Local(SimEngine("drafter", cfg.engines)), Local(SimEngine("verifier", cfg.engines)),
                               cfg.engines, cfg.coordinator)
     coord = Coordinator(cfg, engines, Local(ToolHost(cfg.tool_sources)), LocalStore(log_dir))
@@ -62,8 +64,8 @@ def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: La
         result = getattr(coord, method)(*args)
         return await result if hasattr(result, "__await__") else result
 
-    app: Any = make_api(call, cfg.gateway, lambda: frozenset({"dev-key"}))
+    api: Any = make_api(call, cfg.gateway, lambda: frozenset(keys))
     if fail_after is not None:
-        app = FailAfter(app, fail_after)
-    with serve_in_thread(app) as url:
+        api = FailAfter(api, fail_after)
+    with serve_in_thread(api) as url:
         yield url
