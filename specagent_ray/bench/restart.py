@@ -26,6 +26,7 @@ from rich.table import Table
 
 from ..serve.api import CreateSession
 from ..serve.config import AppConfig, CoordinatorConfig, LatencyModel, SimEngines
+from ..serve.session import FINISHED
 from ..serve.session_log import SessionLog
 from ..storage.local import LocalStore
 
@@ -60,7 +61,7 @@ async def _harvest(root: Path, n: int = 6) -> list[list[dict[str, Any]]]:
     await coord.start()
     sids = [(await coord.create(CreateSession(tool_source="airline", task_id=str(i), user="simulated")))["session_id"]
             for i in range(n)]
-    while any(coord.sessions[s].status not in ("done", "failed", "cancelled") for s in sids):
+    while any(coord.sessions[s].status not in FINISHED for s in sids):
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.2)
     await coord.log.durable()

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..protocol.baselines import METHODS
+from ..tools.schema import check_client_schema
 
 UserKind = Literal["client", "simulated", "tau2"]
 
@@ -20,8 +21,16 @@ class ClientTool(Body):
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = Field("", max_length=2000)
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}},
+                                       description="a JSON Schema: at most 16 KiB and 16 levels deep, patterns in "
+                                       "RE2 syntax, no patternProperties")
     read_only: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _safe_schema(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_client_schema(v)
+        return v
 
 
 class CreateSession(Body):

@@ -74,6 +74,12 @@ class CoordinatorConfig(Strict):
     and a batch holds at most ``max_batch`` requests (see docs/serving.md for measured effects)."""
 
     max_sessions: int = Field(2000, ge=1, description="running sessions; more get 429")
+    tenant_max_sessions: int | None = Field(None, ge=1, description="running sessions per API key (tenant); "
+                                            "more get 429, while other tenants are still admitted; None: no "
+                                            "limit but max_sessions")
+    idle_timeout_s: float = Field(900.0, gt=0, description="a session waiting this long for a user message or a "
+                                  "client tool result ends as timed_out")
+    inbox_limit: int = Field(16, ge=1, description="posted user messages a session holds unanswered; more get 429")
     queue_limit: int = Field(4096, ge=1, description="queued engine requests above which new work gets 429")
     batch_window_ms: float = Field(2.0, ge=0, le=1000)
     max_batch: int = Field(64, ge=1, le=4096)

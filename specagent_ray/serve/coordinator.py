@@ -32,7 +32,8 @@ from ..protocol.types import History, Task, Termination, ToolCall, Trajectory
 from ..storage.base import Store, StoreError
 from .api import CreateSession, ToolResult, UserMessage
 from .config import AppConfig, ClientSource
-from .errors import BadRequest, Conflict, NotFound, Overloaded, ServiceUnavailable
+from .admission import LOCAL, Admission
+from .errors import BadRequest, Conflict, NotFound, Overloaded, ServiceUnavailable, unwrap
 from .lease import Fenced, Lease
 from .records import Created, Final, Opening, Record, Resumed, UserMessageRecord, parse
 from .reports import Metrics, merged, percentiles, resource_report, usage_by_role
@@ -40,6 +41,7 @@ from .session import (
     FINISHED,
     Catalog,
     ClientUser,
+    IdleTimeout,
     Session,
     SessionTools,
     TimedUser,
@@ -72,8 +74,7 @@ class Coordinator:
         self.env = dict(os.environ if env is None else env)
         self.clock = clock
         self.sessions: dict[str, Session] = {}
-        self._running: set[str] = set()
-        self._admitting = 0  # creates admitted but not yet running: they hold a slot while they await
+        self.admission = Admission(c, self.engines.queued)
         self._finished: deque[str] = deque()  # in order of finishing; the oldest are dropped first
         self.metrics = Metrics()
         self.sources = ToolSources(cfg, tool_host)
@@ -112,7 +113,7 @@ class Coordinator:
 
     def _drop(self, sid: str) -> None:
         s = self.sessions.pop(sid, None)
-        self._running.discard(sid)
+        self.admission.ended(sid)
         if s is not None and s.runner is not None:
             s.runner.cancel()
 
@@ -162,20 +163,25 @@ class Coordinator:
 
     # -- API --------------------------------------------------------------------------------------------
 
-    async def create(self, req: CreateSession) -> dict[str, Any]:
-        """Start a session. Answers only once its ``created`` record is stored; if the log cannot store
-        it in time the session is ended unstarted and the answer is 503."""
+    async def create(self, req: CreateSession, owner: str = LOCAL, idempotency_key: str | None = None
+                     ) -> dict[str, Any]:
+        """Start a session owned by ``owner``. Answers only once its ``created`` record is stored; if the
+        log cannot store it in time the session is ended unstarted and the answer is 503. A create that
+        repeats an ``idempotency_key`` of the same owner answers with the first session."""
         self._serving()
-        self._admit()
-        self._admitting += 1  # taken before the first await, so a burst cannot overrun the limit
-        try:
+        first = self.admission.first(owner, idempotency_key)
+        if first is not None:
+            s = self._get(first, owner)
+            if s.request != req:
+                raise Conflict("this Idempotency-Key was used for a different request")
+            return summary(s)
+        with self.admission.slot(owner, idempotency_key) as started:  # taken before the first await
             source = self.sources.check(req)
             task = await self.sources.task(req, source)
             catalog = await self.sources.catalog(req, source)
-            session = self._session(secrets.token_hex(8), req, task)
-        finally:
-            self._admitting -= 1
-        session.record(Created(request=req, opening=task.instruction))
+            session = self._session(secrets.token_hex(8), req, task, owner, idempotency_key)
+            started(session.id)
+        session.record(Created(request=req, opening=task.instruction, owner=owner, idempotency_key=idempotency_key))
         try:
             await self._stored()
         except ServiceUnavailable:
@@ -188,23 +194,37 @@ class Coordinator:
                 session.runner = asyncio.get_running_loop().create_task(self._run(session, catalog))
         return summary(session)
 
-    async def post_message(self, sid: str, msg: UserMessage) -> dict[str, Any]:
-        """Queue the user's message; answers once it is stored (503: queued, not yet stored)."""
-        s = self._live(sid)
+    async def post_message(self, sid: str, msg: UserMessage, owner: str = LOCAL,
+                           idempotency_key: str | None = None) -> dict[str, Any]:
+        """Queue the user's message; answers once it is stored (503: queued, not yet stored). A post that
+        repeats an ``idempotency_key`` answers as the first did and queues nothing."""
+        s = self._get(sid, owner)
+        if idempotency_key is not None and idempotency_key in s.message_keys:
+            if s.message_keys[idempotency_key] != (msg.text, msg.stop):
+                raise Conflict("this Idempotency-Key was used for a different message")
+            await self._stored()
+            return summary(s)
+        s = self._live(sid, owner)
         if s.request.user != "client":
             raise Conflict(f"session {sid}'s user is {s.request.user!r}; only client-user sessions take messages")
-        s.record(UserMessageRecord(text=msg.text, stop=msg.stop))
+        limit = self.cfg.coordinator.inbox_limit
+        if s.inbox.qsize() >= limit:
+            raise Overloaded(f"session {sid} holds {limit} unanswered messages, its limit", 1)
+        s.record(UserMessageRecord(text=msg.text, stop=msg.stop, idempotency_key=idempotency_key))
+        if idempotency_key is not None:
+            s.message_keys[idempotency_key] = (msg.text, msg.stop)
         s.inbox.put_nowait((msg.text, msg.stop))
         await self._stored()
         return summary(s)
 
-    async def post_tool_result(self, sid: str, res: ToolResult) -> dict[str, Any]:
+    async def post_tool_result(self, sid: str, res: ToolResult, owner: str = LOCAL) -> dict[str, Any]:
         """Deliver a client tool's result; answers once it is stored (503: delivered, not yet stored)."""
         from ..protocol.types import Observation
 
-        self._live(sid).deliver_tool_result(res.call_id, Observation(res.content, error=res.error))
+        s = self._live(sid, owner)
+        s.deliver_tool_result(res.call_id, Observation(res.content, error=res.error))
         await self._stored()
-        return summary(self.sessions[sid])
+        return summary(s)
 
     async def _stored(self) -> None:
         """Return once every record appended so far is stored. 503 when the log cannot store them
@@ -222,16 +242,16 @@ class Coordinator:
                                              "queued, and the event stream shows it once stored") from None
                 await asyncio.sleep(0.2)
 
-    async def events(self, sid: str, after: int = 0, wait_s: float = 15.0) -> dict[str, Any]:
-        s = self._get(sid)
+    async def events(self, sid: str, after: int = 0, wait_s: float = 15.0, owner: str = LOCAL) -> dict[str, Any]:
+        s = self._get(sid, owner)
         if after < 0:
             raise BadRequest(f"after must be >= 0, got {after}")
         events = await s.wait_events(after, wait_s)
         done = bool(s.events) and s.events[-1]["t"] == "final" and after + len(events) >= len(s.events)
         return {"events": events, "status": s.status, "done": done}
 
-    async def cancel(self, sid: str) -> dict[str, Any]:
-        s = self._get(sid)
+    async def cancel(self, sid: str, owner: str = LOCAL) -> dict[str, Any]:
+        s = self._get(sid, owner)
         if s.runner is not None and not s.runner.done():
             s.runner.cancel()
             try:
@@ -240,8 +260,8 @@ class Coordinator:
                 pass
         return summary(s)
 
-    async def trajectory(self, sid: str, grade: bool = False) -> dict[str, Any]:
-        s = self._get(sid)
+    async def trajectory(self, sid: str, grade: bool = False, owner: str = LOCAL) -> dict[str, Any]:
+        s = self._get(sid, owner)
         if grade and s.reward is None and s.status == "done" and s.domain:
             s.reward = await asyncio.to_thread(self._grade, s)
         from ..bench.tau2 import Hardware
@@ -254,7 +274,7 @@ class Coordinator:
     def stats(self) -> dict[str, Any]:
         m = self.metrics
         batches = {name: merged(b.sizes for b in group) for name, group in self.engines.batchers().items()}
-        return {"engines": self.cfg.engines.kind, "sessions": {"running": len(self._running), **m.finished},
+        return {"engines": self.cfg.engines.kind, "sessions": {"running": len(self.admission), **m.finished},
                 "in_memory": len(self.sessions),
                 "committed_steps": m.committed_steps, "overhead_s": percentiles(m.overheads),
                 "intent_log_wait_s": percentiles(m.log_waits), "batch_sizes": batches,
@@ -267,52 +287,46 @@ class Coordinator:
 
     # -- checks -----------------------------------------------------------------------------------------
 
-    def _admit(self) -> None:
-        c = self.cfg.coordinator
-        running = len(self._running) + self._admitting
-        if running >= c.max_sessions:
-            raise Overloaded(f"{running} sessions running, the limit is {c.max_sessions}", c.retry_after_s)
-        if self.engines.queued() >= c.queue_limit:
-            raise Overloaded(f"{self.engines.queued()} engine requests queued, the limit is {c.queue_limit}",
-                             c.retry_after_s)
-
     def _serving(self) -> None:
         if self.fenced is not None:
             raise ServiceUnavailable(f"this coordinator was fenced and serves no more: {self.fenced}")
 
-    def _get(self, sid: str) -> Session:
+    def _get(self, sid: str, owner: str) -> Session:
+        """The session, if ``owner`` owns it; another tenant's session is answered as one that does not exist."""
         self._serving()
         s = self.sessions.get(sid)
-        if s is None and sid in self.broken:
+        if s is not None and s.owner == owner:
+            return s
+        if s is None and sid in self.broken and owner == LOCAL:  # whose it was is unknown: operators only
             raise NotFound(f"session {sid!r} could not be restored from the session log: {self.broken[sid]}")
-        if s is None:
-            raise NotFound(f"no session {sid!r} (finished sessions are kept for the last "
-                           f"{self.cfg.coordinator.retain_finished})")
-        return s
+        raise NotFound(f"no session {sid!r} (finished sessions are kept for the last "
+                       f"{self.cfg.coordinator.retain_finished})")
 
-    def _live(self, sid: str) -> Session:
-        s = self._get(sid)
+    def _live(self, sid: str, owner: str) -> Session:
+        s = self._get(sid, owner)
         if s.status in FINISHED:
             raise Conflict(f"session {sid} is {s.status}; it takes no more input")
         return s
 
     # -- sessions -----------------------------------------------------------------------------------------
 
-    def _session(self, sid: str, req: CreateSession, task: Task) -> Session:
+    def _session(self, sid: str, req: CreateSession, task: Task, owner: str, key: str | None) -> Session:
         s = Session(sid, req, task, self._append, self.clock, domain=self.sources.domain_of(req),
-                    epoch=self.log.epoch, overheads=self.metrics.overheads, log_waits=self.metrics.log_waits)
+                    epoch=self.log.epoch, overheads=self.metrics.overheads, log_waits=self.metrics.log_waits,
+                    owner=owner, idempotency_key=key, idle_timeout_s=self.cfg.coordinator.idle_timeout_s)
         self.sessions[sid] = s
-        self._running.add(sid)
         return s
 
     async def _finished_session(self, s: Session, close_tools: bool = True) -> None:
         """Account a session's end, free its tool environment, and drop the oldest finished sessions
         past ``retain_finished`` from memory (their records stay in the log)."""
-        self._running.discard(s.id)
+        self.admission.ended(s.id)
         self.metrics.finished[s.status] = self.metrics.finished.get(s.status, 0) + 1
         self._finished.append(s.id)
         while len(self._finished) > self.cfg.coordinator.retain_finished:
-            self.sessions.pop(self._finished.popleft(), None)
+            old = self.sessions.pop(self._finished.popleft(), None)
+            if old is not None:
+                self.admission.forget(old.id, old.owner, old.idempotency_key)
         if not close_tools:
             return
         try:
@@ -329,7 +343,10 @@ class Coordinator:
         else:
             async def run(call: ToolCall, key: str | None):
                 epoch = self.log.epoch if key is not None else None  # writes carry the lease epoch
-                return await self.tool_host.execute(s.request.tool_source, s.id, call, key, epoch)
+                try:
+                    return await self.tool_host.execute(s.request.tool_source, s.id, call, key, epoch)
+                except Exception as exc:  # noqa: BLE001 - the tool host's own error, without Ray's traceback
+                    raise unwrap(exc) from None
         tools = SessionTools(s, catalog, run, self.log.durable)
         return Parts(weak, strong, verifier, tools, self._user(s), s.ledger, clock=self.clock, journal=s)
 
@@ -364,6 +381,8 @@ class Coordinator:
             method = METHODS[s.request.method or self.cfg.defaults.method]
             trajectory = await method(s.task, parts, spec, start)
             s.status, s.termination = "done", trajectory.termination.value
+        except IdleTimeout as exc:
+            s.status, s.error = "timed_out", str(exc)
         except asyncio.CancelledError:
             s.status, s.termination = "cancelled", "cancelled"
         except EngineUnavailable as exc:
@@ -371,8 +390,8 @@ class Coordinator:
         except BackendError as exc:
             s.status, s.error = "failed", f"engine error: {exc}"
         except Exception as exc:
-            log.exception("session %s failed", s.id)
-            s.status, s.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
+            log.exception("session %s failed", s.id)  # the details stay here: they may name server config
+            s.status, s.error = "failed", f"internal error: {type(exc).__name__} (logged on the server)"
         s.record(Final(status=s.status, termination=s.termination, error=s.error))  # type: ignore[arg-type]
         await self._finished_session(s)
 
@@ -393,7 +412,9 @@ class Coordinator:
         if source is None:
             raise ValueError(f"session {sid}: tool source {req.tool_source!r} is no longer configured")
         task = await self.sources.task(req, source)
-        s = self._session(sid, req, Task(task.id, created.opening, task.context))
+        s = self._session(sid, req, Task(task.id, created.opening, task.context), created.owner,
+                          created.idempotency_key)
+        self.admission.started(sid, created.owner, created.idempotency_key)
         s.restore(records)
         self.metrics.committed_steps += len(s.steps)
         if s.status in FINISHED:

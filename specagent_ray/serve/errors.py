@@ -44,3 +44,9 @@ class ServiceUnavailable(ApiError):
 
     status = 503
     retry_after_s = 5
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The remote side's own error inside a Ray task error (whose text carries a remote traceback)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc

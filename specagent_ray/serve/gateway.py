@@ -1,27 +1,35 @@
 """The HTTP API (FastAPI): sessions, user messages, client tool results, SSE events, trajectories.
 
 Every route but ``/healthz`` needs an API key (``Authorization: Bearer <key>`` or ``X-API-Key``);
-without a valid one the answer is 401. Bodies are validated by the pydantic models in ``api.py`` (422
-names the field), bodies over ``max_body_bytes`` get 413, coordinator refusals map to their own status
-(400, 404, 409, 429 with Retry-After). A coordinator that is restarting is waited for, within
-``coordinator_retry_s``, and then reported as 503; no request ever gets a stack trace.
+without a valid one the answer is 401. A key is a tenant: its sessions are its own (another key gets
+404 for them), and its requests share a token bucket (429 with Retry-After past ``rate_per_s``). Bodies
+are validated by the pydantic models in ``api.py`` (422 names the field), bodies over ``max_body_bytes``
+get 413, coordinator refusals map to their own status (400, 403, 404, 409, 429 with Retry-After).
+
+Retries: only a call that is safe to repeat (reads, cancel, tool results keyed by call id, and creates
+and messages that carry an ``Idempotency-Key``) is retried, and only while the coordinator is
+unavailable (its replica died or restarts), within ``coordinator_retry_s``; then 503. Any other failure
+is answered at once (500 for the unexpected), and no request ever gets a stack trace.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from ray.exceptions import RayActorError
 
 from .api import CreateSession, ToolResult, UserMessage
 from .config import GatewayConfig
-from .errors import ApiError, Overloaded, ServiceUnavailable
+from .errors import ApiError, Overloaded, ServiceUnavailable, unwrap
 from .records import SessionEvent
 
 log = logging.getLogger(__name__)
@@ -36,10 +44,46 @@ class Unavailable(Exception):
     """The coordinator did not answer within the gateway's patience."""
 
 
-def unwrap(exc: BaseException) -> BaseException:
-    """The coordinator's own error inside a Ray task error, if that is what it is."""
-    cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, BaseException) else exc
+class Internal(Exception):
+    """The coordinator failed in a way no client can fix; answered 500 without details."""
+
+
+# What a call to a coordinator that is gone raises (its replica died, or Serve has none to route to):
+# the call may be tried again. Ray's handles raise RayActorError (ActorDiedError, ActorUnavailableError).
+UNAVAILABLE: tuple[type[BaseException], ...] = (RayActorError, ConnectionError)
+try:
+    from ray.serve.exceptions import DeploymentUnavailableError
+
+    UNAVAILABLE += (DeploymentUnavailableError,)
+except ImportError:  # older Ray
+    pass
+IDEMPOTENT = {"events", "trajectory", "stats", "cancel", "post_tool_result"}  # safe to repeat as they are
+IdempotencyKey = Header(None, alias="Idempotency-Key", min_length=1, max_length=200,
+                        description="the same key (per API key) returns the first answer, never a second effect")
+
+
+def tenant_of(key: str) -> str:
+    """A key's tenant id: a hash, so neither logs nor session records hold the key."""
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+class TokenBucket:
+    """Per-tenant request rate: ``burst`` requests at once, refilled at ``rate_per_s``."""
+
+    def __init__(self, rate_per_s: float, burst: int, clock: Callable[[], float] = time.monotonic):
+        self.rate, self.burst, self.clock = rate_per_s, burst, clock
+        self._state: dict[str, tuple[float, float]] = {}  # tenant -> (tokens, when)
+
+    def take(self, tenant: str) -> float:
+        """0 if the request may go now, else the seconds until it may."""
+        now = self.clock()
+        tokens, when = self._state.get(tenant, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - when) * self.rate)
+        if tokens >= 1:
+            self._state[tenant] = (tokens - 1, now)
+            return 0.0
+        self._state[tenant] = (tokens, now)
+        return (1 - tokens) / self.rate
 
 
 class BodyLimit:
@@ -87,23 +131,38 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]])
                   description="Agent sessions served with trajectory-level speculation (SpecAgent).", **docs)
     app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
 
-    async def authorized(request: Request) -> None:
-        given = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
-        if not any(hmac.compare_digest(given.encode(), k.encode()) for k in keys()):
-            raise ApiError401()
+    bucket = TokenBucket(cfg.rate_per_s, cfg.burst)
 
-    async def coordinator(method: str, *args: Any) -> Any:
-        """Call the coordinator; wait out a restart (its replica died) within the configured patience."""
+    async def tenant(request: Request) -> str:
+        """The caller's tenant, once its key is checked (401) and its rate (429)."""
+        given = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
+        matched = [k for k in keys() if hmac.compare_digest(given.encode(), k.encode())]
+        if not matched:
+            raise ApiError401()
+        who = tenant_of(matched[0])
+        wait = bucket.take(who)
+        if wait > 0:
+            raise Overloaded(f"over this key's rate of {cfg.rate_per_s:g} requests/s", max(1, round(wait + 0.5)))
+        return who
+
+    async def coordinator(method: str, *args: Any, retry: bool | None = None, **kwargs: Any) -> Any:
+        """Call the coordinator. A call safe to repeat waits out a restart within the configured patience."""
+        retry = method in IDEMPOTENT if retry is None else retry
         delay, waited = 0.25, 0.0
         while True:
             try:
-                return await call(method, *args)
+                return await call(method, *args, **kwargs)
             except Exception as exc:  # noqa: BLE001
                 err = unwrap(exc)
                 if isinstance(err, ApiError):
                     raise err from None
-                if waited >= cfg.coordinator_retry_s:
-                    raise Unavailable(f"coordinator unavailable: {type(err).__name__}") from None
+                if not isinstance(err, UNAVAILABLE):
+                    log.error("coordinator call %s failed: %s: %s", method, type(err).__name__, err)
+                    raise Internal() from None
+                if not retry or waited >= cfg.coordinator_retry_s:
+                    raise Unavailable(f"coordinator unavailable ({type(err).__name__}); "
+                                      + ("try again" if retry else "not retried: send an Idempotency-Key "
+                                         "to make this call safe to repeat")) from None
                 log.warning("coordinator call %s failed (%s); retrying", method, type(err).__name__)
                 await asyncio.sleep(delay)
                 waited += delay
@@ -121,33 +180,42 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]])
     async def unavailable(request: Request, exc: Unavailable) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
 
-    auth = [Depends(authorized)]
+    @app.exception_handler(Internal)
+    async def internal(request: Request, exc: Internal) -> JSONResponse:
+        return JSONResponse({"detail": "internal error (logged on the server)"}, status_code=500)
+
+    Tenant = Depends(tenant)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.post("/v1/sessions", status_code=201, dependencies=auth)
-    async def create_session(body: CreateSession) -> dict[str, Any]:
-        """Start a session; its events stream from ``/v1/sessions/{id}/events``."""
-        return await coordinator("create", body)
+    @app.post("/v1/sessions", status_code=201)
+    async def create_session(body: CreateSession, who: str = Tenant,
+                             idempotency_key: str | None = IdempotencyKey) -> dict[str, Any]:
+        """Start a session; its events stream from ``/v1/sessions/{id}/events``. With an
+        ``Idempotency-Key``, a repeated create answers with the first session instead of starting another."""
+        return await coordinator("create", body, owner=who, idempotency_key=idempotency_key,
+                                 retry=idempotency_key is not None)
 
-    @app.post("/v1/sessions/{sid}/messages", status_code=202, dependencies=auth)
-    async def post_message(sid: str, body: UserMessage) -> dict[str, Any]:
-        """The user's next message (client-user sessions)."""
-        return await coordinator("post_message", sid, body)
+    @app.post("/v1/sessions/{sid}/messages", status_code=202)
+    async def post_message(sid: str, body: UserMessage, who: str = Tenant,
+                           idempotency_key: str | None = IdempotencyKey) -> dict[str, Any]:
+        """The user's next message (client-user sessions); an ``Idempotency-Key`` makes a repeat harmless."""
+        return await coordinator("post_message", sid, body, owner=who, idempotency_key=idempotency_key,
+                                 retry=idempotency_key is not None)
 
-    @app.post("/v1/sessions/{sid}/tool_results", status_code=202, dependencies=auth)
-    async def post_tool_result(sid: str, body: ToolResult) -> dict[str, Any]:
+    @app.post("/v1/sessions/{sid}/tool_results", status_code=202)
+    async def post_tool_result(sid: str, body: ToolResult, who: str = Tenant) -> dict[str, Any]:
         """The result of a pending client-side tool call (see ``tool_call_pending`` events)."""
-        return await coordinator("post_tool_result", sid, body)
+        return await coordinator("post_tool_result", sid, body, owner=who)
 
-    @app.get("/v1/sessions/{sid}/events", dependencies=auth, response_class=EventStream,
+    @app.get("/v1/sessions/{sid}/events", response_class=EventStream,
              responses={200: {"model": SessionEvent, "description": "a stream of session events"}})
-    async def events(sid: str, after: int = 0) -> StreamingResponse:
+    async def events(sid: str, after: int = 0, who: str = Tenant) -> StreamingResponse:
         """Server-sent events, from ``after`` on: drafted, staged, accepted, rejected, tool_result, commit,
         fused_repair, strong_repair, agent_message, tool_call_pending, ..., final. Each has ``id: seq``."""
-        first = await coordinator("events", sid, after, 0.0)  # 404 / 400 before the stream starts
+        first = await coordinator("events", sid, after, 0.0, owner=who)  # 404 / 400 before the stream starts
 
         async def stream():
             nonlocal after
@@ -160,20 +228,20 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]])
                     return
                 if not out["events"]:
                     yield ": keep-alive\n\n"
-                out = await coordinator("events", sid, after, cfg.events_wait_s)
+                out = await coordinator("events", sid, after, cfg.events_wait_s, owner=who)
 
         return EventStream(stream(), headers={"Cache-Control": "no-cache"})
 
-    @app.get("/v1/sessions/{sid}", dependencies=auth)
-    async def trajectory(sid: str, grade: bool = False) -> dict[str, Any]:
+    @app.get("/v1/sessions/{sid}")
+    async def trajectory(sid: str, grade: bool = False, who: str = Tenant) -> dict[str, Any]:
         """The committed trajectory, token usage, the resource report and (``grade=true``) tau2's reward."""
-        return await coordinator("trajectory", sid, grade)
+        return await coordinator("trajectory", sid, grade, owner=who)
 
-    @app.delete("/v1/sessions/{sid}", dependencies=auth)
-    async def cancel(sid: str) -> dict[str, Any]:
-        return await coordinator("cancel", sid)
+    @app.delete("/v1/sessions/{sid}")
+    async def cancel(sid: str, who: str = Tenant) -> dict[str, Any]:
+        return await coordinator("cancel", sid, owner=who)
 
-    @app.get("/v1/stats", dependencies=auth)
+    @app.get("/v1/stats", dependencies=[Tenant])
     async def stats() -> dict[str, Any]:
         """Sessions by status, verifier batch sizes, coordinator overhead per committed step."""
         return await coordinator("stats")
@@ -197,8 +265,8 @@ def serve_with(coordinator: Any, keys: frozenset[str]) -> None:
     _SERVED["coordinator"], _SERVED["keys"] = coordinator, keys
 
 
-async def served_call(method: str, *args: Any) -> Any:
-    return await getattr(_SERVED["coordinator"], method).remote(*args)
+async def served_call(method: str, *args: Any, **kwargs: Any) -> Any:
+    return await getattr(_SERVED["coordinator"], method).remote(*args, **kwargs)
 
 
 def served_keys() -> frozenset[str]:

@@ -74,6 +74,8 @@ class Created(_Record):
 
     t: Literal["created"] = "created"
     request: CreateSession
+    owner: str = Field("local", description="the tenant: a hash of the API key that created it")
+    idempotency_key: str | None = Field(None, description="the create's Idempotency-Key header")
     opening: str = Field("", description="the user's opening message, when known at creation")
 
 
@@ -95,7 +97,7 @@ class Final(_Record):
     """Written last, once: how the session ended."""
 
     t: Literal["final"] = "final"
-    status: Literal["done", "failed", "cancelled"]
+    status: Literal["done", "failed", "cancelled", "timed_out"]
     termination: str | None = None
     error: str | None = None
 
@@ -113,6 +115,7 @@ class UserMessageRecord(_Record):
     t: Literal["user_message"] = "user_message"
     text: str
     stop: bool = False
+    idempotency_key: str | None = Field(None, description="the post's Idempotency-Key header")
 
 
 # -- the protocol's steps and tools (session.py: Session, SessionTools) ---------------------------------

@@ -47,8 +47,12 @@ from .records import (
 )
 from .wire import event_dict, observation_dict, observation_from, step_dict, step_from
 
-Status = str  # running | waiting_user | waiting_tool | done | failed | cancelled
-FINISHED = ("done", "failed", "cancelled")
+Status = str  # running | waiting_user | waiting_tool | done | failed | cancelled | timed_out
+FINISHED = ("done", "failed", "cancelled", "timed_out")
+
+
+class IdleTimeout(BaseException):  # like CancelledError, it must pass the protocol's tool error handler
+    """The session waited ``idle_timeout_s`` for its client (a user message or a tool result): it ends."""
 
 
 @dataclass
@@ -80,6 +84,10 @@ class Session:
     clock: Callable[[], float] = time.perf_counter
     domain: str = ""  # the tau2 domain, for tau2 sources
     epoch: int = 0  # the session log lease epoch of the coordinator running it; intents carry it
+    owner: str = "local"  # the tenant that created it (admission.py); nobody else sees it
+    idempotency_key: str | None = None  # its create's Idempotency-Key
+    idle_timeout_s: float = 900.0  # the longest wait for the client before the session ends as timed_out
+    message_keys: dict[str, tuple[str, bool]] = field(default_factory=dict)  # Idempotency-Key -> posted message
     status: Status = "running"
     steps: list[Step] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)  # published (durable) records
@@ -222,8 +230,10 @@ class Session:
                     self.results[key] = observation_from(obs.model_dump())  # type: ignore[assignment]
                 case Opening(text=text):
                     self.task = Task(self.task.id, text, self.task.context)
-                case UserMessageRecord(text=text, stop=stop):
+                case UserMessageRecord(text=text, stop=stop, idempotency_key=key):
                     posted.append((text, stop))
+                    if key is not None:
+                        self.message_keys[key] = (text, stop)
                 case Final(status=status, termination=termination, error=error):
                     self.status, self.termination, self.error = status, termination, error
         self._calls_logged = len(self.ledger.calls)
@@ -241,11 +251,18 @@ class Session:
         self.status = "waiting_tool"
         try:
             with self.outside():
-                return await future
+                return await self.from_client(future, f"the result of tool call {call_id}")
         finally:
             self.pending_calls.pop(call_id, None)
             if self.status == "waiting_tool":
                 self.status = "running"
+
+    async def from_client(self, waited: Awaitable[Any], what: str) -> Any:
+        """``waited``'s result; ``IdleTimeout`` if the client has not given it within ``idle_timeout_s``."""
+        try:
+            return await asyncio.wait_for(waited, self.idle_timeout_s)
+        except TimeoutError:
+            raise IdleTimeout(f"timed out: no {what} within {self.idle_timeout_s:g} s") from None
 
     def deliver_tool_result(self, call_id: str, observation: Observation) -> None:
         future = self.pending_calls.get(call_id)
@@ -317,7 +334,7 @@ class ClientUser:
         s.status = "waiting_user"
         try:
             with s.outside():
-                answer, stop = await s.inbox.get()
+                answer, stop = await s.from_client(s.inbox.get(), "user message")
         finally:
             if s.status == "waiting_user":
                 s.status = "running"

@@ -9,6 +9,7 @@ source's tool catalog is described once and cached; an MCP source that is down a
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from ..protocol.types import Effect, Task
@@ -16,6 +17,8 @@ from .api import CreateSession
 from .config import AppConfig, ClientSource, McpSource, SimEngines, Tau2Source
 from .errors import BadRequest, Conflict, Forbidden
 from .session import Catalog
+
+log = logging.getLogger(__name__)
 
 
 class ToolSources:
@@ -93,7 +96,8 @@ class ToolSources:
                 try:
                     tools = await self.tool_host.describe(req.tool_source)
                 except Exception as exc:  # noqa: BLE001 - the server is configured but down
-                    raise Conflict(f"tool source {req.tool_source!r} is unavailable: {exc}") from None
+                    log.warning("tool source %r cannot describe its tools: %s", req.tool_source, exc)
+                    raise Conflict(f"tool source {req.tool_source!r} is unavailable; try again later") from None
                 cached = Catalog({n: t["parameters"] for n, t in tools.items()},
                                  {n: Effect(t["effect"]) for n, t in tools.items()})
             self._catalogs[req.tool_source] = cached

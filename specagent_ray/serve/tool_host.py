@@ -132,7 +132,7 @@ class ToolHost:
                 from ..tools.mcp import McpToolbox
 
                 box = McpToolbox(command=spec.command, url=spec.url, trusted=spec.trusted,
-                                 overrides=dict(spec.overrides))
+                                 overrides=dict(spec.overrides), name=name)
                 await box.start()
                 self._mcp[name] = box
             return box

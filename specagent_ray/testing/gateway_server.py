@@ -52,16 +52,16 @@ def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: La
 
     cfg = AppConfig.model_validate({
         "engines": SimEngines(latency=latency).model_dump(), "coordinator": coordinator,
-        "gateway": {"coordinator_retry_s": 1.0, **(gateway or {})},
+        "gateway": {"coordinator_retry_s": 1.0, "rate_per_s": 1e6, "burst": 1_000_000, **(gateway or {})},
         "tool_sources": {"airline": {"kind": "tau2", "domain": "airline"},
                          "retail": {"kind": "tau2", "domain": "retail"}}, **(app or {})})
     engines = SimEngineClient(Local(SimEngine("drafter", cfg.engines)), Local(SimEngine("verifier", cfg.engines)),
                               cfg.engines, cfg.coordinator)
     coord = Coordinator(cfg, engines, Local(ToolHost(cfg.tool_sources)), LocalStore(log_dir))
 
-    async def call(method: str, *args: Any) -> Any:
+    async def call(method: str, *args: Any, **kwargs: Any) -> Any:
         await coord.start()  # in the server's own event loop; a no-op after the first call
-        result = getattr(coord, method)(*args)
+        result = getattr(coord, method)(*args, **kwargs)
         return await result if hasattr(result, "__await__") else result
 
     api: Any = make_api(call, cfg.gateway, lambda: frozenset(keys))

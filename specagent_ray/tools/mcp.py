@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pydantic import ValidationError
 
 from ..protocol.types import Effect, Observation, ToolCall
 
+log = logging.getLogger(__name__)
 IDEMPOTENCY_META = "specagent/idempotency-key"  # a _meta key (MCP: "prefix/name" outside the reserved prefixes)
 
 # A paginating server that never stops sending cursors must not hang start().
@@ -69,7 +71,8 @@ class McpToolbox:
       server returns for a call (bad arguments, say) and calls to tools missing from ``catalog`` all
       become ``Observation(error=True)`` whose content names the tool;
     - transport failures (cannot spawn or connect, connection lost, no answer within ``timeout_s``)
-      raise :class:`McpUnavailable` with a one-line message naming the server;
+      raise :class:`McpUnavailable` with a one-line message naming the server, or, when the toolbox has a
+      ``name`` (a served tool source), naming only that: the command line and URL never leave the server;
     - the connection stays open between calls, and any number of asyncio tasks may call concurrently.
     """
 
@@ -81,15 +84,17 @@ class McpToolbox:
         trusted: bool = False,
         overrides: Mapping[str, str] | None = None,
         timeout_s: float = 30.0,
+        name: str | None = None,
     ) -> None:
         if (command is None) == (url is None) or command == []:
             raise ValueError("McpToolbox needs exactly one of command=[...] (stdio) or url=... (streamable HTTP)")
         self.overrides = dict(overrides or {})
-        for name, value in self.overrides.items():
+        for tool, value in self.overrides.items():
             if value not in ("read", "write"):
-                raise ValueError(f"override for tool {name!r} must be 'read' or 'write', not {value!r}")
+                raise ValueError(f"override for tool {tool!r} must be 'read' or 'write', not {value!r}")
         self.command, self.url, self.trusted, self.timeout_s = command, url, trusted, timeout_s
         self.server = url if url is not None else shlex.join(command or [])
+        self.name = name
         self.catalog: dict[str, McpTool] = {}
         self._client: Client | None = None
         self._owner: asyncio.Task[None] | None = None
@@ -230,7 +235,13 @@ class McpToolbox:
         raise self._unavailable(self._lost or "connection closed during the call")
 
     def _unavailable(self, detail: str) -> McpUnavailable:
-        return McpUnavailable(f"MCP server {self.server} unavailable: {detail}")
+        if self.name is None:
+            return McpUnavailable(f"MCP server {self.server} unavailable: {detail}")
+        log.warning("MCP server %s (tool source %r) unavailable: %s", self.server, self.name, detail)
+        for secret in sorted({self.server, self.url or "", *(self.command or [])}, key=len, reverse=True):
+            if len(secret) >= 4 or "/" in secret:
+                detail = detail.replace(secret, "<server>")
+        return McpUnavailable(f"tool source {self.name!r} unavailable: {detail}")
 
 
 def _render(result: CallToolResult) -> str:

@@ -1,23 +1,93 @@
-"""``valid()``: a call is valid iff its tool is known and its arguments match the tool's JSON schema."""
+"""``valid()``: a call is valid iff its tool is known and its arguments match the tool's JSON schema.
+
+``pattern`` is evaluated with RE2 (linear time, no backtracking), so a schema cannot make a check take
+exponential time; a pattern RE2 cannot compile is an error for client schemas (``check_client_schema``)
+and falls back to Python's ``re`` only for the server's own sources (tau2, configured MCP servers).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import json
+import re
+from collections.abc import Iterator, Mapping
+from functools import cache, lru_cache
+from typing import Any
 
 import jsonschema
+import re2
 
 from ..protocol.types import ToolCall
 
+MAX_SCHEMA_BYTES = 16_384  # one client tool's schema, as JSON
+MAX_SCHEMA_DEPTH = 16  # nesting of objects and lists in one client tool's schema
+_RE2 = re2.Options()
+_RE2.log_errors = False
+
+
+@lru_cache(maxsize=1024)
+def compiled(pattern: str, trusted: bool = False) -> Any:
+    """``pattern`` compiled by RE2; ``re.error`` if RE2 cannot (Python's ``re`` for trusted schemas)."""
+    try:
+        return re2.compile(pattern, options=_RE2)
+    except re2.error as exc:
+        if trusted:
+            return re.compile(pattern)
+        raise re.error(f"pattern {pattern!r} is not supported (RE2 syntax: no backreferences or lookaround): "
+                       f"{exc.args[0].decode() if isinstance(exc.args[0], bytes) else exc}") from None
+
+
+def check_client_schema(schema: Any) -> None:
+    """Raise ``ValueError`` unless ``schema`` is a JSON Schema a client may declare: at most
+    ``MAX_SCHEMA_DEPTH`` deep and ``MAX_SCHEMA_BYTES`` long, every ``pattern`` RE2-compilable, no
+    ``patternProperties`` (the validation library matches those with Python's backtracking ``re``)."""
+    _check_node(schema, 1)
+    size = len(json.dumps(schema))
+    if size > MAX_SCHEMA_BYTES:
+        raise ValueError(f"schema is {size} bytes as JSON, over the limit of {MAX_SCHEMA_BYTES}")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
+
+
+def _check_node(node: Any, depth: int) -> None:
+    if depth > MAX_SCHEMA_DEPTH:
+        raise ValueError(f"schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
+    if isinstance(node, list):
+        for value in node:
+            _check_node(value, depth + 1)
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if key == "patternProperties":
+            raise ValueError("patternProperties is not supported in client tool schemas")
+        if key == "pattern" and isinstance(value, str):
+            try:
+                compiled(value)
+            except re.error as exc:
+                raise ValueError(str(exc)) from None
+        _check_node(value, depth + 1)
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    if validator.is_type(instance, "string") and not compiled(pattern, trusted=True).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@cache
+def _with_re2(cls: type) -> type:
+    return jsonschema.validators.extend(cls, {"pattern": _pattern})
+
 
 class SchemaValidator:
-    """Checks tool calls against JSON schemas compiled once per tool."""
+    """Checks tool calls against JSON schemas compiled once per tool (patterns by RE2)."""
 
     def __init__(self, schemas: Mapping[str, dict[str, Any]]):
         self._validators = {}
         for name, schema in schemas.items():
             cls = jsonschema.validators.validator_for(schema)
             cls.check_schema(schema)
-            self._validators[name] = cls(schema)
+            self._validators[name] = _with_re2(cls)(schema)
 
     @property
     def names(self) -> list[str]:

@@ -402,3 +402,22 @@ async def test_every_stored_record_is_one_typed_kind_and_restore_rebuilds_the_sa
         assert (b.steps, b.status, b.termination, b.committed_keys, b.intents, b.ledger.calls) == \
                (a.steps, a.status, a.termination, a.committed_keys, a.intents, a.ledger.calls)
         assert b.events == a.events
+
+
+async def test_owners_and_idempotency_keys_survive_a_restart(tmp_path):
+    """A create retried after the coordinator died answers with the first session, and the session is
+    still its owner's alone (both come back from the ``created`` record)."""
+    cluster = Cluster(tmp_path, config())
+    coord = cluster.coordinator
+    await coord.start()
+    req = CreateSession(tool_source="airline", task_id="0", user="client", message="hi")
+    sid = (await coord.create(req, owner="key-a", idempotency_key="op-1"))["session_id"]
+    await coord.post_message(sid, UserMessage(text="my id is 42"), owner="key-a", idempotency_key="m-1")
+    coord = await cluster.crash_and_restart()
+    assert (await coord.create(req, owner="key-a", idempotency_key="op-1"))["session_id"] == sid
+    assert (await coord.create(req, owner="key-b", idempotency_key="op-1"))["session_id"] != sid
+    with pytest.raises(Conflict, match="different message"):
+        await coord.post_message(sid, UserMessage(text="my id is 43"), owner="key-a", idempotency_key="m-1")
+    with pytest.raises(NotFound, match="no session"):
+        await coord.trajectory(sid, owner="key-b")
+    assert (await coord.trajectory(sid, owner="key-a"))["session_id"] == sid
