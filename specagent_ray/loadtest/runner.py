@@ -99,7 +99,7 @@ class SessionRecord:
     outcome: str = "running"  # done | failed | cancelled (server side) | error | unfinished | aborted
     error_kind: str | None = None
     error: str | None = None
-    throttled: int = 0  # 429s waited out while creating
+    throttled: int = 0  # 429s and 503s waited out while creating
     commits: list[tuple[float, int]] = field(default_factory=list)  # deliveries: (time, steps committed)
     step_latencies: list[float] = field(default_factory=list)  # per committed step, s
     strong_calls: int = 0

@@ -97,23 +97,24 @@ class CoordinatorDeployment:
         for batcher in self.coordinator.engines.batchers().get("verify", []):  # verifier batches only
             batcher.on_batch = metrics.observe_batch
 
-    async def create(self, body: Any) -> Any:
-        return await self.coordinator.create(body)
+    # The gateway's calls, as the coordinator takes them (``owner=``, ``idempotency_key=`` by keyword).
+    async def create(self, body: Any, **kw: Any) -> Any:
+        return await self.coordinator.create(body, **kw)
 
-    async def post_message(self, sid: str, body: Any) -> Any:
-        return await self.coordinator.post_message(sid, body)
+    async def post_message(self, sid: str, body: Any, **kw: Any) -> Any:
+        return await self.coordinator.post_message(sid, body, **kw)
 
-    async def post_tool_result(self, sid: str, body: Any) -> Any:
-        return await self.coordinator.post_tool_result(sid, body)
+    async def post_tool_result(self, sid: str, body: Any, **kw: Any) -> Any:
+        return await self.coordinator.post_tool_result(sid, body, **kw)
 
-    async def events(self, sid: str, after: int, wait_s: float) -> Any:
-        return await self.coordinator.events(sid, after, wait_s)
+    async def events(self, sid: str, after: int, wait_s: float, **kw: Any) -> Any:
+        return await self.coordinator.events(sid, after, wait_s, **kw)
 
-    async def trajectory(self, sid: str, grade: bool) -> Any:
-        return await self.coordinator.trajectory(sid, grade)
+    async def trajectory(self, sid: str, grade: bool, **kw: Any) -> Any:
+        return await self.coordinator.trajectory(sid, grade, **kw)
 
-    async def cancel(self, sid: str) -> Any:
-        return await self.coordinator.cancel(sid)
+    async def cancel(self, sid: str, **kw: Any) -> Any:
+        return await self.coordinator.cancel(sid, **kw)
 
     def stats(self) -> dict[str, Any]:
         return self.coordinator.stats()

@@ -7,6 +7,7 @@ Used by the main job, the tests and the load generator. Every non-2xx answer bec
 from __future__ import annotations
 
 import asyncio
+import uuid
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -39,24 +40,31 @@ class GatewayClient:
             raise _error(response)
         return response.json()
 
-    async def create(self, **body: Any) -> dict[str, Any]:
-        return await self._call("POST", "/v1/sessions", json=body)
+    async def create(self, idempotency_key: str | None = None, **body: Any) -> dict[str, Any]:
+        """Start a session. With ``idempotency_key``, repeating the call returns the first session."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return await self._call("POST", "/v1/sessions", json=body, headers=headers)
 
     async def create_when_admitted(self, body: dict[str, Any], keep_waiting: Callable[[], bool],
                                    on_throttled: Callable[[], None] = lambda: None) -> dict[str, Any]:
-        """Create a session, waiting out 429s as the server's Retry-After says, for as long as
-        ``keep_waiting()``; any other error (or a 429 past that) is raised."""
+        """Create a session, waiting out 429s and 503s as the server's Retry-After says, for as long as
+        ``keep_waiting()``; any other error (or one past that) is raised. Every try carries the same
+        Idempotency-Key, so a retry after a 503 cannot start a second session."""
+        key = uuid.uuid4().hex
         while True:
             try:
-                return await self.create(**body)
+                return await self.create(idempotency_key=key, **body)
             except GatewayError as exc:
-                if exc.status != 429 or not keep_waiting():
+                if exc.status not in (429, 503) or not keep_waiting():
                     raise
                 on_throttled()
                 await asyncio.sleep(exc.retry_after or 1.0)
 
-    async def post_message(self, sid: str, text: str, stop: bool = False) -> dict[str, Any]:
-        return await self._call("POST", f"/v1/sessions/{sid}/messages", json={"text": text, "stop": stop})
+    async def post_message(self, sid: str, text: str, stop: bool = False,
+                           idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return await self._call("POST", f"/v1/sessions/{sid}/messages", json={"text": text, "stop": stop},
+                                headers=headers)
 
     async def post_tool_result(self, sid: str, call_id: str, content: str, error: bool = False) -> dict[str, Any]:
         return await self._call("POST", f"/v1/sessions/{sid}/tool_results",
