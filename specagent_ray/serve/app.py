@@ -5,9 +5,9 @@
       import_path: specagent_ray.serve.app:build_app
       args: {engines: {kind: sim}, ...}          # an AppConfig, see config.py
 
-It composes the gateway (ingress), the coordinator (one replica: it owns session state; a restarted
-replica resumes from the session log), the tool host, and, for simulated engines, drafter and verifier
-replicas. Each session's calls go out in its lane's batches with ``session_id=lane-<n>`` set, which a
+It composes the gateway (ingress), the coordinator shards (``coordinators``, one replica each: a shard
+owns its sessions' state and its own session log namespace; a restarted replica resumes from it), the
+tool host shards, and, for simulated engines, drafter and verifier replicas. Each session's calls go out in its lane's batches with ``session_id=lane-<n>`` set, which a
 session-aware router (Ray's experimental ``ConsistentHashRouter``) would use to pin the lane to one replica;
 see docs/serving.md for why the profiles do not turn it on yet. Model engines
 (``kind: openai``) are Ray Serve LLM's own deployments: profiles put them in a sibling application built
@@ -74,10 +74,12 @@ class SimEngineDeployment:
 @serve.deployment(name="Coordinator", num_replicas=1, max_ongoing_requests=BUSY, logging_config=QUIET)
 class CoordinatorDeployment:
     async def __init__(self, cfg: dict[str, Any], tool_hosts: list[DeploymentHandle],
-                     drafter: DeploymentHandle | None = None, verifier: DeploymentHandle | None = None):
+                     drafter: DeploymentHandle | None = None, verifier: DeploymentHandle | None = None,
+                     shard: int = 0):
         from ..storage import open_store
         from .coordinator import Coordinator
         from .handles import Served
+        from .shards import shard_log
         from .tool_host import ShardedToolHost
 
         config = AppConfig.model_validate(cfg)
@@ -85,7 +87,7 @@ class CoordinatorDeployment:
             logging.getLogger(chatty).setLevel(logging.WARNING)
         tools = ShardedToolHost([Served(h) for h in tool_hosts])
         self.coordinator = Coordinator(config, _engines(config, drafter, verifier), tools,
-                                       open_store(config.session_log))
+                                       open_store(shard_log(config.session_log, shard)), shard=shard)
         self._metrics()
         await self.coordinator.start()
 
@@ -141,12 +143,12 @@ def _gateway_class(cfg: dict[str, Any]):
     @serve.deployment(name="Gateway", max_ongoing_requests=BUSY)
     @serve.ingress(api)
     class Gateway:
-        def __init__(self, coordinator: DeploymentHandle):
+        def __init__(self, coordinators: list[DeploymentHandle]):
             keys = api_keys(config.gateway, dict(os.environ))
             if not keys:
                 raise ValueError(f"no API keys: set {config.gateway.api_keys_env} (comma-separated) "
                                  "or gateway.dev_api_key")
-            serve_with(coordinator, keys)
+            serve_with(coordinators, keys)
 
     return Gateway
 
@@ -166,5 +168,7 @@ def build_app(args: dict[str, Any]) -> serve.Application:
             .bind("drafter", engines)
         verifier = SimEngineDeployment.options(name="SimVerifier", num_replicas=config.engines.verifier_replicas) \
             .bind("verifier", engines)
-    coordinator = CoordinatorDeployment.bind(cfg, tool_hosts, drafter, verifier)
-    return _gateway_class(cfg).bind(coordinator)
+    # Coordinator shards: one single-replica deployment each, named like the tool host shards.
+    coordinators = [CoordinatorDeployment.options(name="Coordinator" + (f"-{i}" if i else ""))
+                    .bind(cfg, tool_hosts, drafter, verifier, shard=i) for i in range(config.coordinators)]
+    return _gateway_class(cfg).bind(coordinators)

@@ -185,6 +185,8 @@ class AppConfig(Strict):
     tool_sources: dict[str, ToolSource] = {"airline": Tau2Source(domain="airline")}
     tool_hosts: int = Field(1, ge=1, le=64, description="tool host shards (tau2 environments, MCP clients); "
                             "sessions are spread over them by a hash of their id")
+    coordinators: int = Field(1, ge=1, le=64, description="coordinator shards, each owning its sessions, its "
+                              "session log namespace and its lease; admission limits hold per shard")
     defaults: SessionDefaults = SessionDefaults()
     session_log: str = ".specagent/sessions"
 

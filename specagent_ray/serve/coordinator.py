@@ -48,6 +48,7 @@ from .session import (
     summary,
 )
 from .session_log import SessionLog
+from .shards import session_id
 from .sources import ToolSources
 from .wire import step_dict
 
@@ -61,8 +62,10 @@ class Coordinator:
     crashes the coordinator, it fails (or re-drafts) one session with a reason."""
 
     def __init__(self, cfg: AppConfig, engines: Any, tool_host: Any, store: Store,
-                 env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.perf_counter):
+                 env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.perf_counter,
+                 shard: int = 0):
         self.cfg = cfg
+        self.shard = shard  # its index among the coordinator shards; session ids name it (shards.py)
         self.engines = engines
         self.tool_host = tool_host
         c = cfg.coordinator
@@ -179,7 +182,7 @@ class Coordinator:
             source = self.sources.check(req)
             task = await self.sources.task(req, source)
             catalog = await self.sources.catalog(req, source)
-            session = self._session(secrets.token_hex(8), req, task, owner, idempotency_key)
+            session = self._session(session_id(self.shard, secrets.token_hex(8)), req, task, owner, idempotency_key)
             started(session.id)
         session.record(Created(request=req, opening=task.instruction, owner=owner, idempotency_key=idempotency_key))
         try:
@@ -274,7 +277,8 @@ class Coordinator:
     def stats(self) -> dict[str, Any]:
         m = self.metrics
         batches = {name: merged(b.sizes for b in group) for name, group in self.engines.batchers().items()}
-        return {"engines": self.cfg.engines.kind, "sessions": {"running": len(self.admission), **m.finished},
+        return {"engines": self.cfg.engines.kind, "shard": self.shard,
+                "sessions": {"running": len(self.admission), **m.finished},
                 "in_memory": len(self.sessions),
                 "committed_steps": m.committed_steps, "overhead_s": percentiles(m.overheads),
                 "intent_log_wait_s": percentiles(m.log_waits), "batch_sizes": batches,

@@ -31,6 +31,7 @@ from .api import CreateSession, ToolResult, UserMessage
 from .config import GatewayConfig
 from .errors import ApiError, Overloaded, ServiceUnavailable, unwrap
 from .records import SessionEvent
+from .shards import ShardRouter
 
 log = logging.getLogger(__name__)
 Call = Callable[..., Awaitable[Any]]  # (coordinator method name, *args) -> result
@@ -261,12 +262,16 @@ class ApiError401(ApiError):
 _SERVED: dict[str, Any] = {"keys": frozenset()}
 
 
-def serve_with(coordinator: Any, keys: frozenset[str]) -> None:
-    _SERVED["coordinator"], _SERVED["keys"] = coordinator, keys
+def serve_with(coordinators: list[Any], keys: frozenset[str]) -> None:
+    """The replica's coordinator shards (deployment handles) and API keys."""
+    def call_shard(i: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(coordinators[i], method).remote(*args, **kwargs)
+
+    _SERVED["router"], _SERVED["keys"] = ShardRouter(call_shard, len(coordinators)), keys
 
 
 async def served_call(method: str, *args: Any, **kwargs: Any) -> Any:
-    return await getattr(_SERVED["coordinator"], method).remote(*args, **kwargs)
+    return await _SERVED["router"](method, *args, **kwargs)
 
 
 def served_keys() -> frozenset[str]:

@@ -46,6 +46,7 @@ def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: La
     from ..serve.engine_client import SimEngineClient
     from ..serve.gateway import make_api
     from ..serve.handles import Local
+    from ..serve.shards import ShardRouter, shard_log
     from ..serve.sim_engine import SimEngine
     from ..serve.tool_host import ToolHost
     from ..storage.local import LocalStore
@@ -55,15 +56,19 @@ def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: La
         "gateway": {"coordinator_retry_s": 1.0, "rate_per_s": 1e6, "burst": 1_000_000, **(gateway or {})},
         "tool_sources": {"airline": {"kind": "tau2", "domain": "airline"},
                          "retail": {"kind": "tau2", "domain": "retail"}}, **(app or {})})
-    engines = SimEngineClient(Local(SimEngine("drafter", cfg.engines)), Local(SimEngine("verifier", cfg.engines)),
-                              cfg.engines, cfg.coordinator)
-    coord = Coordinator(cfg, engines, Local(ToolHost(cfg.tool_sources)), LocalStore(log_dir))
+    shards = []
+    for i in range(cfg.coordinators):  # each shard has its own engine clients, log namespace and lease
+        engines = SimEngineClient(Local(SimEngine("drafter", cfg.engines)), Local(SimEngine("verifier", cfg.engines)),
+                                  cfg.engines, cfg.coordinator)
+        store = LocalStore(Path(shard_log(str(log_dir), i)))
+        shards.append(Coordinator(cfg, engines, Local(ToolHost(cfg.tool_sources)), store, shard=i))
 
-    async def call(method: str, *args: Any, **kwargs: Any) -> Any:
-        await coord.start()  # in the server's own event loop; a no-op after the first call
-        result = getattr(coord, method)(*args, **kwargs)
+    async def call_shard(i: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        await shards[i].start()  # in the server's own event loop; a no-op after the first call
+        result = getattr(shards[i], method)(*args, **kwargs)
         return await result if hasattr(result, "__await__") else result
 
+    call = ShardRouter(call_shard, len(shards))
     api: Any = make_api(call, cfg.gateway, lambda: frozenset(keys))
     if fail_after is not None:
         api = FailAfter(api, fail_after)

@@ -36,7 +36,7 @@ SESSIONS = 12
 
 def app_args(log: str) -> dict:
     profile = load_profile("sim", {"session_log": log, "engines": {"kind": "sim", "latency": SLOW},
-                                   "coordinator": {"lease_s": LEASE_S, "lease_skew_s": 0.2}})
+                                   "coordinator": {"lease_s": LEASE_S, "lease_skew_s": 0.2}, "coordinators": 1})
     return profile.applications[0].args
 
 

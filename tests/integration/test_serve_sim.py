@@ -15,6 +15,7 @@ from ray import serve
 
 from specagent_ray.serve.client import GatewayClient, GatewayError
 from specagent_ray.serve.profiles import load_profile, run_profile
+from specagent_ray.serve.shards import shard_of
 from specagent_ray.serve.workload import wait_for_http
 from specagent_ray.testing.http import free_port
 from specagent_ray.testing.prometheus import samples, scrape
@@ -126,6 +127,8 @@ async def test_200_concurrent_sessions_complete_with_zero_errors(url):
     check_nothing_lost(streams, trajectories)
     async with GatewayClient(url, KEY) as client:
         stats = await client.stats()
+    shares = Counter(shard_of(s) for s in sids)
+    assert stats["coordinators"] == 2 and shares[0] == shares[1] == 100  # split over both shards
     assert max(int(k) for k in stats["batch_sizes"]["verify"]) > 1  # verifies from many sessions shared batches
     assert stats["overhead_s"]["n"] > 0
     # The coordinator replica exports each verifier batch (and nothing else) on Ray's metrics port.
@@ -147,12 +150,13 @@ async def test_a_drafter_replica_killed_mid_run_costs_a_redraft_not_a_session(ur
     assert max((await tool_host_writes()).values()) == 1
 
 
-async def test_a_coordinator_killed_mid_run_resumes_every_session_from_the_log(url):
+async def test_a_coordinator_shard_killed_mid_run_resumes_its_sessions_and_the_other_shard_never_notices(url):
     sids, streams, trajectories = await run_sessions(url, 30, task_offset=13,
-                                                     during=lambda: kill_replica("Coordinator"))
+                                                     during=lambda: kill_replica("Coordinator"))  # shard 0
     check_nothing_lost(streams, trajectories)
-    resumed = [e for events in streams for e in events if e["t"] == "resumed"]
-    assert resumed, "no session was mid-run when the coordinator died"
+    resumed = {shard_of(sid) for sid, events in zip(sids, streams) if any(e["t"] == "resumed" for e in events)}
+    assert resumed == {0}, "shard 0's mid-run sessions resume from its log; shard 1's never stopped"
+    assert {shard_of(s) for s in sids} == {0, 1}
     assert max((await tool_host_writes()).values()) == 1  # counted on the tool side: no staged write ran twice
 
 

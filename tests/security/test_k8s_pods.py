@@ -40,7 +40,7 @@ USES = {
                               "RayService/specagent/cpu"},  # the session log on S3 (coordinator, tool hosts)
 }
 # Serve deployments of our application -> what they read that only some pods have.
-NEEDS = {r"Gateway": "api-keys", r"Coordinator": "session log", r"ToolHost(-\d+)?": "session log"}
+NEEDS = {r"Gateway": "api-keys", r"Coordinator(-\d+)?": "session log", r"ToolHost(-\d+)?": "session log"}
 
 
 # ---------------------------------------------------------------------------------------------- checkers
