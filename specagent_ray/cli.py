@@ -92,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--window-ms", type=float, default=2.0, help="verify batching window")
     bt.add_argument("--max-batch", type=int, default=64, help="most verify requests per batch")
 
+    sc = bench.add_parser("scale", help="coordinator shards on the sim profile: CPU per step, idle CPU, shares, "
+                          "and a latency-bound run", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    sc.add_argument("--shards", type=lambda s: tuple(int(x) for x in _csv(s)), default=(1, 2, 4),
+                    help="coordinator shard counts, one fresh deployment each")
+    sc.add_argument("--sessions", type=int, default=1000, help="concurrent sessions per shard count")
+    sc.add_argument("--latency-sessions", type=int, default=1000,
+                    help="sessions of the latency-bound run (GPU-like engine latencies; 0 skips it)")
+
     rs = bench.add_parser("restart", help="a coordinator's time to ready after a long history, before and after "
                           "log compaction", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     rs.add_argument("--finished", type=int, default=10_000, help="finished sessions in the log's history")
@@ -171,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.batching import report_batching
 
             return report_batching(console, args.sessions, args.window_ms, args.max_batch)
+        if args.suite == "scale":
+            from .bench.scale import report_scale
+
+            return report_scale(console, args.shards, args.sessions, args.latency_sessions)
         if args.suite == "tau2":
             return _bench_tau2(args, console)
         if args.suite == "throughput":

@@ -85,6 +85,7 @@ class SessionResult:
     strong_prompt: int
     weak_decode: int
     wall_s: float
+    engine_s: float = 0.0  # the session's time in engine calls (batch waits included), from its ledger
 
 
 async def run_sessions(url: str, api_key: str, bodies: list[dict[str, Any]], concurrency: int,
@@ -105,7 +106,8 @@ async def run_sessions(url: str, api_key: str, bodies: list[dict[str, Any]], con
                 result = SessionResult(traj["method"], traj["task_id"], traj["status"], traj["termination"],
                                        traj["error"], traj["reward"], traj["committed_steps"], len(events),
                                        strong["calls"], strong["decode_tokens"], strong["prompt_tokens"],
-                                       weak["decode_tokens"], time.perf_counter() - start)
+                                       weak["decode_tokens"], time.perf_counter() - start,
+                                       strong["wall_s"] + weak["wall_s"])
                 on_done(result)
                 return result
 
