@@ -40,6 +40,7 @@ class ToolHostDeployment:
         config = AppConfig.model_validate(cfg)
         # Idempotency records live in the session log's store: durable, and shared by every shard.
         self.host = ToolHost(config.tool_sources, open_store(config.session_log))
+        self.host.warm()  # tau2 domains load before the replica is ready, not on a session's first call
 
     async def execute(self, *args: Any) -> Any:
         return await self.host.execute(*args)

@@ -95,6 +95,7 @@ class Coordinator:
         if self._flusher is not None:
             return
         self._flusher = asyncio.get_running_loop().create_task(self._flush_forever())
+        await self.sources.warm()
         replay = await self.log.open()
         self.log_problems = len(replay.problems)
         for sid, reason in replay.broken.items():

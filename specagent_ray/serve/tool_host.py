@@ -137,6 +137,14 @@ class ToolHost:
                 self._mcp[name] = box
             return box
 
+    def warm(self) -> None:
+        """Load the tau2 sources' domains (their pristine DBs) now rather than on a session's first call."""
+        from ..tools.tau2 import Tau2Domain
+
+        for spec in self.sources.values():
+            if isinstance(spec, Tau2Source):
+                Tau2Domain.load(spec.domain).new_environment()
+
     def close_session(self, session_id: str) -> None:
         for key in [k for k in self._envs if k[1] == session_id]:
             del self._envs[key]
