@@ -42,7 +42,8 @@ def scale_run(shards: int, sessions: int, latency: dict[str, float] | None = Non
                                 "coordinator": {"max_sessions": per_shard, "queue_limit": 8 * per_shard}}
         if latency is not None:
             args["engines"] = {"kind": "sim", "latency": latency}
-        with local_cluster("sim", free_port(), args) as url:
+        # Every replica asks Ray for one CPU; logical CPUs, so that all shards get placed on any machine.
+        with local_cluster("sim", free_port(), args, num_cpus=8 + shards) as url:
             before = asyncio.run(_stats(url))
             time.sleep(IDLE_S)
             idle = asyncio.run(_stats(url))
