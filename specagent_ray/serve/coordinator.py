@@ -28,7 +28,7 @@ from ..models.backend import BackendError
 from ..protocol.baselines import METHODS
 from ..protocol.interfaces import EngineUnavailable
 from ..protocol.runtime import Parts, SpecConfig
-from ..protocol.types import History, Task, Termination, ToolCall, Trajectory
+from ..protocol.types import History, Task, ToolCall
 from ..storage.base import Store, StoreError
 from .api import CreateSession, ToolResult, UserMessage
 from .config import AppConfig, ClientSource
@@ -40,12 +40,11 @@ from .reports import Metrics, merged, percentiles, resource_report, usage_by_rol
 from .session import (
     FINISHED,
     Catalog,
-    ClientUser,
     IdleTimeout,
     Session,
     SessionTools,
-    TimedUser,
     summary,
+    user_for,
 )
 from .session_log import SessionLog
 from .shards import session_id
@@ -267,7 +266,7 @@ class Coordinator:
     async def trajectory(self, sid: str, grade: bool = False, owner: str = LOCAL) -> dict[str, Any]:
         s = self._get(sid, owner)
         if grade and s.reward is None and s.status == "done" and s.domain:
-            s.reward = await asyncio.to_thread(self._grade, s)
+            s.reward = await asyncio.to_thread(self.sources.grade, s)
         from ..bench.tau2 import Hardware
 
         return {**summary(s), "method": s.request.method or self.cfg.defaults.method,
@@ -353,22 +352,7 @@ class Coordinator:
                 except Exception as exc:  # noqa: BLE001 - the tool host's own error, without Ray's traceback
                     raise unwrap(exc) from None
         tools = SessionTools(s, catalog, run, self.log.durable)
-        return Parts(weak, strong, verifier, tools, self._user(s), s.ledger, clock=self.clock, journal=s)
-
-    def _user(self, s: Session) -> Any:
-        if s.request.user == "client":
-            return ClientUser(s)
-        if s.request.user == "simulated":
-            from ..bench.simulation import GoldUser
-
-            return TimedUser(s, GoldUser())
-        from ..bench.live import Endpoint, Tau2User
-
-        e = self.cfg.engines
-        who = e.user or e.verifier  # type: ignore[union-attr]
-        key = self.env.get(who.api_key_env, "EMPTY") if who.api_key_env else "EMPTY"
-        user = Tau2User(s.task.context, Endpoint(who.url, who.model, key), e.user_max_tokens)  # type: ignore[union-attr]
-        return TimedUser(s, user)
+        return Parts(weak, strong, verifier, tools, user_for(s, self.cfg.engines, self.env), s.ledger, clock=self.clock, journal=s)
 
     async def _run(self, s: Session, catalog: Catalog) -> None:
         try:
@@ -378,7 +362,7 @@ class Coordinator:
                     opening = await parts.user.user.reply(GREETING)  # type: ignore[attr-defined]
                 s.task = Task(s.task.id, opening.content, s.task.context)
                 s.record(Opening(text=opening.content))
-            await self._finish_intents(s, parts.tools)  # type: ignore[arg-type]
+            await parts.tools.finish_intents()  # type: ignore[attr-defined]
             spec = SpecConfig(k=s.request.k or self.cfg.defaults.k,
                               max_steps=s.request.max_steps or self.cfg.defaults.max_steps,
                               review_messages=s.request.review_messages)
@@ -399,13 +383,6 @@ class Coordinator:
             s.status, s.error = "failed", f"internal error: {type(exc).__name__} (logged on the server)"
         s.record(Final(status=s.status, termination=s.termination, error=s.error))  # type: ignore[arg-type]
         await self._finished_session(s)
-
-    async def _finish_intents(self, s: Session, tools: SessionTools) -> None:
-        """Writes whose intent was logged but whose step was not committed before a restart: run them
-        under their own key (the tool host answers a spent key with its first result) and commit."""
-        for intent in s.unresolved_intents():
-            call = ToolCall(intent.call.name, intent.call.arguments)
-            s.resolved(intent, s.results.get(intent.key) or await tools.run_keyed(call, intent.key))
 
     async def _restore(self, sid: str, records: list[dict[str, Any]]) -> None:
         """Rebuild one session from its records (``Session.restore``) and resume it unless it ended."""
@@ -428,10 +405,3 @@ class Coordinator:
         s.record(Resumed(committed_steps=len(s.steps)))
         self.resumed += 1
         s.runner = asyncio.get_running_loop().create_task(self._run(s, await self.sources.catalog(req, source)))
-
-    def _grade(self, s: Session) -> float:
-        from ..tools.tau2 import Grader, Tau2Domain
-
-        grader = Grader(Tau2Domain.load(s.domain))
-        trajectory = Trajectory(History(s.task, tuple(s.steps)), Termination(s.termination))
-        return grader.reward(s.task.id, trajectory, s.task.instruction)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableSequence, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableSequence, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -314,6 +314,14 @@ class SessionTools:
         self.session.record(ToolResultRecord(name=call.name, observation=observation_dict(obs)))
         return obs
 
+    async def finish_intents(self) -> None:
+        """Writes whose intent was logged but whose step was not committed before a restart: run them
+        under their own key (the tool host answers a spent key with its first result) and commit."""
+        s = self.session
+        for intent in s.unresolved_intents():
+            call = ToolCall(intent.call.name, intent.call.arguments)
+            s.resolved(intent, s.results.get(intent.key) or await self.run_keyed(call, intent.key))
+
     async def run_keyed(self, call: ToolCall, key: str) -> Observation:
         with self.session.outside():
             obs = await self._run(call, key)
@@ -353,6 +361,22 @@ class TimedUser:
             obs = await self.user.reply(text)
         self.session.record(UserMessageRecord(text=obs.content, stop=obs.user_stop))
         return obs
+
+
+def user_for(s: Session, engines: Any, env: Mapping[str, str]) -> Any:
+    """Who answers as the session's user: the client, the scripted tau2 customer (sim engines), or tau2's
+    LLM user simulator on the profile's user (or verifier) endpoint."""
+    if s.request.user == "client":
+        return ClientUser(s)
+    if s.request.user == "simulated":
+        from ..bench.simulation import GoldUser
+
+        return TimedUser(s, GoldUser())
+    from ..bench.live import Endpoint, Tau2User
+
+    who = engines.user or engines.verifier
+    key = env.get(who.api_key_env, "EMPTY") if who.api_key_env else "EMPTY"
+    return TimedUser(s, Tau2User(s.task.context, Endpoint(who.url, who.model, key), engines.user_max_tokens))
 
 
 def summary(s: Session) -> dict[str, Any]:

@@ -12,11 +12,11 @@ import asyncio
 import logging
 from typing import Any
 
-from ..protocol.types import Effect, Task
+from ..protocol.types import Effect, History, Task, Termination, Trajectory
 from .api import CreateSession
 from .config import AppConfig, ClientSource, McpSource, SimEngines, Tau2Source
 from .errors import BadRequest, Conflict, Forbidden
-from .session import Catalog
+from .session import Catalog, Session
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,15 @@ class ToolSources:
             if isinstance(source, Tau2Source):
                 req = CreateSession(tool_source=name, task_id="warm-up", user="client", message="-")
                 await self.catalog(req, source)
+
+    @staticmethod
+    def grade(s: Session) -> float:
+        """tau2's reward for a finished tau2 session (blocking: run it in a thread)."""
+        from ..tools.tau2 import Grader, Tau2Domain
+
+        grader = Grader(Tau2Domain.load(s.domain))
+        trajectory = Trajectory(History(s.task, tuple(s.steps)), Termination(s.termination))
+        return grader.reward(s.task.id, trajectory, s.task.instruction)
 
     def domain_of(self, req: CreateSession) -> str:
         """The tau2 domain a request's source serves ('' for other sources)."""
