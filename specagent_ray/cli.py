@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--sessions", type=int, default=1000, help="concurrent sessions per shard count")
     sc.add_argument("--latency-sessions", type=int, default=1000,
                     help="sessions of the latency-bound run (GPU-like engine latencies; 0 skips it)")
+    sc.add_argument("--client-processes", type=int, default=1,
+                    help="load client processes sharing the sessions, so that the client is not the bottleneck")
 
     rs = bench.add_parser("restart", help="a coordinator's time to ready after a long history, before and after "
                           "log compaction", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.suite == "scale":
             from .bench.scale import report_scale
 
-            return report_scale(console, args.shards, args.sessions, args.latency_sessions)
+            return report_scale(console, args.shards, args.sessions, args.latency_sessions, args.client_processes)
         if args.suite == "tau2":
             return _bench_tau2(args, console)
         if args.suite == "throughput":

@@ -11,8 +11,10 @@ rate a session would reach if nothing but its engine calls took time (its steps 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from rich.console import Console
@@ -29,13 +31,33 @@ GPU_LIKE = {"draft_base_s": 0.040, "draft_per_request_s": 0.0, "verify_base_s": 
 IDLE_S = 5.0
 
 
+def _client(url: str, bodies: list[dict[str, Any]]) -> tuple[list[Any], float]:
+    """One load client process: its sessions' results and its own CPU seconds."""
+    cpu = time.process_time()
+    results = asyncio.run(run_sessions(url, "dev-key", bodies, concurrency=len(bodies), grade=False))
+    return results, time.process_time() - cpu
+
+
+def drive(url: str, bodies: list[dict[str, Any]], processes: int) -> tuple[list[Any], float]:
+    """Run every session through ``processes`` load client processes (spawned: this one holds a Ray
+    connection, which a fork must not copy); returns the results and the clients' CPU seconds."""
+    if processes <= 1:
+        return _client(url, bodies)
+    parts = [bodies[i::processes] for i in range(processes)]
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = list(pool.map(_client, [url] * processes, parts))
+    return [r for results, _ in done for r in results], sum(cpu for _, cpu in done)
+
+
 async def _stats(url: str) -> dict[str, Any]:
     async with GatewayClient(url, "dev-key") as client:
         return await client.stats()
 
 
-def scale_run(shards: int, sessions: int, latency: dict[str, float] | None = None) -> dict[str, Any]:
-    """One fresh deployment with ``shards`` coordinators running ``sessions`` concurrent sessions."""
+def scale_run(shards: int, sessions: int, latency: dict[str, float] | None = None,
+              client_processes: int = 1) -> dict[str, Any]:
+    """One fresh deployment with ``shards`` coordinators running ``sessions`` concurrent sessions, driven
+    by ``client_processes`` load client processes."""
     with tempfile.TemporaryDirectory() as log:
         per_shard = sessions // shards + 16
         args: dict[str, Any] = {"session_log": log, "coordinators": shards,
@@ -49,14 +71,14 @@ def scale_run(shards: int, sessions: int, latency: dict[str, float] | None = Non
             idle = asyncio.run(_stats(url))
             bodies = [{"tool_source": "airline", "task_id": str(i % 50), "user": "simulated", "trial": i}
                       for i in range(sessions)]
-            wall, client_cpu = time.perf_counter(), time.process_time()
-            results = asyncio.run(run_sessions(url, "dev-key", bodies, concurrency=sessions, grade=False))
-            wall, client_cpu = time.perf_counter() - wall, time.process_time() - client_cpu
+            wall = time.perf_counter()
+            results, client_cpu = drive(url, bodies, client_processes)
+            wall = time.perf_counter() - wall
             after = asyncio.run(_stats(url))
     steps = max(1, after["committed_steps"])
     shard_steps = [s["committed_steps"] for s in after["shards"]]
     return {
-        "shards": shards, "sessions": sessions, "errors": sum(r.status != "done" for r in results),
+        "shards": shards, "sessions": sessions, "errors": sum(r.status != "done" for r in results) + sessions - len(results),
         "steps": after["committed_steps"], "wall_s": wall, "steps_per_s": after["committed_steps"] / wall,
         "idle_core_pct": 100 * (idle["process_cpu_s"] - before["process_cpu_s"]) / IDLE_S / shards,
         "cpu_ms_per_step": 1000 * (after["process_cpu_s"] - idle["process_cpu_s"]) / steps,
@@ -69,15 +91,16 @@ def scale_run(shards: int, sessions: int, latency: dict[str, float] | None = Non
     }
 
 
-def report_scale(console: Console, shard_counts: tuple[int, ...], sessions: int, latency_sessions: int) -> int:
+def report_scale(console: Console, shard_counts: tuple[int, ...], sessions: int, latency_sessions: int,
+                 client_processes: int = 1) -> int:
     rows = []
     for n in shard_counts:
-        console.print(f"{n} coordinator shard(s), {sessions} concurrent sessions...")
-        rows.append(scale_run(n, sessions))
+        console.print(f"{n} coordinator shard(s), {sessions} concurrent sessions, {client_processes} client process(es)...")
+        rows.append(scale_run(n, sessions, client_processes=client_processes))
     table = Table(title=f"Coordinator shards, sim profile, {sessions} concurrent sessions (SIMULATED engines; "
                         "figures measured on this machine)")
     for col in ("shards", "errors", "idle % core / shard", "coordinator CPU ms / step", "vs 1 shard",
-                "steps/s", "overhead p50 ms", "overhead p99 ms", "shares of steps", "client CPU ms / step"):
+                "steps/s", "overhead p50 ms", "overhead p99 ms", "shares of steps", "client CPU ms / step (all)"):
         table.add_column(col, justify="right")
     base = rows[0]["cpu_ms_per_step"] or 1e-9
     for r in rows:
@@ -90,7 +113,7 @@ def report_scale(console: Console, shard_counts: tuple[int, ...], sessions: int,
     if latency_sessions:
         shards = max(shard_counts)
         console.print(f"latency-bound run: {shards} shard(s), {latency_sessions} sessions, GPU-like latencies...")
-        r = scale_run(shards, latency_sessions, GPU_LIKE)
+        r = scale_run(shards, latency_sessions, GPU_LIKE, client_processes)
         errors += r["errors"]
         lt = Table(title="Latency-bound run (SIMULATED engines with GPU-like latencies: draft 40 ms/step, verify "
                          "250 ms, strong step 300 ms; measured on this machine)")
