@@ -26,6 +26,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from ray.exceptions import RayActorError
+from ray.serve.exceptions import DeploymentUnavailableError
 
 from .api import CreateSession, ToolResult, UserMessage
 from .config import GatewayConfig
@@ -51,13 +52,7 @@ class Internal(Exception):
 
 # What a call to a coordinator that is gone raises (its replica died, or Serve has none to route to):
 # the call may be tried again. Ray's handles raise RayActorError (ActorDiedError, ActorUnavailableError).
-UNAVAILABLE: tuple[type[BaseException], ...] = (RayActorError, ConnectionError)
-try:
-    from ray.serve.exceptions import DeploymentUnavailableError
-
-    UNAVAILABLE += (DeploymentUnavailableError,)
-except ImportError:  # older Ray
-    pass
+UNAVAILABLE = (RayActorError, DeploymentUnavailableError, ConnectionError)
 IDEMPOTENT = {"events", "trajectory", "stats", "cancel", "post_tool_result"}  # safe to repeat as they are
 IdempotencyKey = Header(None, alias="Idempotency-Key", min_length=1, max_length=200,
                         description="the same key (per API key) returns the first answer, never a second effect")
