@@ -48,8 +48,11 @@ class ToolHostDeployment:
     async def describe(self, source: str) -> Any:
         return await self.host.describe(source)
 
-    def close_session(self, session_id: str) -> None:
-        self.host.close_session(session_id)
+    async def execute_many(self, reads: list) -> list:
+        return await self.host.execute_many(reads)
+
+    def close_sessions(self, session_ids: list[str]) -> list[None]:
+        return self.host.close_sessions(session_ids)
 
     def stats(self) -> dict[str, Any]:
         return self.host.stats()

@@ -19,6 +19,7 @@ from typing import Any
 from ..protocol.types import Observation, ToolCall
 from ..storage.base import Store
 from .config import McpSource, Tau2Source, ToolSource
+from .batcher import Batcher
 from .handles import lane_of
 from .idempotency import IdempotencyRecords, KeyReused, StaleEpoch, call_digest, unknown_outcome
 
@@ -145,6 +146,16 @@ class ToolHost:
             if isinstance(spec, Tau2Source):
                 Tau2Domain.load(spec.domain).new_environment()
 
+    async def execute_many(self, reads: Sequence[tuple[str, str, ToolCall]]) -> list[Observation | BaseException]:
+        """Unkeyed calls (reads) of many sessions at once, ``(source, session_id, call)`` each: one
+        answer per call, in order, an exception in place of an observation failing only its own call."""
+        return await asyncio.gather(*(self._run(*read) for read in reads), return_exceptions=True)
+
+    def close_sessions(self, session_ids: Sequence[str]) -> list[None]:
+        for sid in session_ids:
+            self.close_session(sid)
+        return [None] * len(session_ids)
+
     def close_session(self, session_id: str) -> None:
         for key in [k for k in self._envs if k[1] == session_id]:
             del self._envs[key]
@@ -158,22 +169,34 @@ class ToolHost:
 class ShardedToolHost:
     """Several tool hosts as one. Guarantees: every call of one session goes to the same shard (by a
     stable hash of its id, the same after a coordinator restart), so its tau2 environment and the
-    idempotency record of its writes live in one place. ``shards`` are handles (see handles.py)."""
+    idempotency record of its writes live in one place. ``shards`` are handles (see handles.py).
 
-    def __init__(self, shards: Sequence[Any]):
+    Reads and session closes from many sessions leave for a shard together, one handle call per batch
+    (a handle call costs the coordinator more CPU than a tau2 read costs the tool host); a batch leaves
+    as soon as the previous one has left, so a lone read waits for nothing. Keyed calls (writes) go one
+    at a time, as before: their at-most-once path stays the single-call one."""
+
+    def __init__(self, shards: Sequence[Any], max_batch: int = 64):
         if not shards:
             raise ValueError("at least one tool host")
         self.shards = list(shards)
+        self._reads = [Batcher(shard.execute_many, 0.0, max_batch) for shard in self.shards]
+        self._closes = [Batcher(shard.close_sessions, 0.0, max_batch) for shard in self.shards]
+
+    def _lane(self, session_id: str) -> int:
+        return lane_of(session_id, len(self.shards))
 
     def shard(self, session_id: str) -> Any:
-        return self.shards[lane_of(session_id, len(self.shards))]
+        return self.shards[self._lane(session_id)]
 
     async def execute(self, source: str, session_id: str, call: ToolCall, key: str | None = None,
                       epoch: int | None = None) -> Observation:
+        if key is None:
+            return await self._reads[self._lane(session_id)]((source, session_id, call))
         return await self.shard(session_id).execute(source, session_id, call, key, epoch)
 
     async def describe(self, source: str) -> dict[str, dict[str, Any]]:
         return await self.shards[0].describe(source)
 
     async def close_session(self, session_id: str) -> None:
-        await self.shard(session_id).close_session(session_id)
+        await self._closes[self._lane(session_id)](session_id)

@@ -74,3 +74,40 @@ async def test_a_finished_write_answers_its_first_result_on_every_shard(tmp_path
         hosts = ShardedToolHost([CountingHost(store) for _ in range(shards)])
         assert await hosts.execute("s", "sid", BOOK, "sid:w0", 1) == first
     assert len(CountingHost.ran) == 1
+
+
+class Calls:
+    """A handle that counts the calls that reach a shard, as the coordinator pays for each."""
+
+    def __init__(self, host):
+        self.host, self.calls = host, []
+
+    def __getattr__(self, name):
+        async def call(*args):
+            self.calls.append(name)
+            result = getattr(self.host, name)(*args)
+            return await result if asyncio.iscoroutine(result) else result
+        return call
+
+
+async def test_reads_and_closes_of_many_sessions_reach_a_shard_in_few_calls_and_fail_alone(tmp_path):
+    class Flaky(CountingHost):
+        async def _run(self, source, session_id, call, key=None):
+            if call.name == "broken":
+                raise RuntimeError("tool blew up")
+            return await super()._run(source, session_id, call, key)
+
+    shards = [Calls(Flaky(LocalStore(tmp_path))) for _ in range(2)]
+    hosts = ShardedToolHost(shards)
+    sids = [f"s{i}" for i in range(40)]
+    calls = [ToolCall("broken" if i == 7 else "read", {"i": i}) for i in range(len(sids))]
+    results = await asyncio.gather(*(hosts.execute("src", sid, call) for sid, call in zip(sids, calls)),
+                                   return_exceptions=True)
+    for i, result in enumerate(results):  # each session gets its own answer; one failure stays its own
+        assert (isinstance(result, RuntimeError) if i == 7 else result == Observation(f"done {{'i': {i}}}")), i
+    reads = sum(s.calls.count("execute_many") for s in shards)
+    assert 2 <= reads < len(sids) // 4, [s.calls for s in shards]
+    await hosts.execute("src", "s0", BOOK, "s0:w0", 1)  # writes still go alone, through the keyed path
+    assert sum(s.calls.count("execute") for s in shards) == 1
+    await asyncio.gather(*(hosts.close_session(sid) for sid in sids))
+    assert sum(s.calls.count("close_sessions") for s in shards) <= 4
