@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .processes import run_parts, split
 from .report import print_summary, summarize, write_outputs
 from .runner import LoadAborted, LoadConfig, LoadRun
 from .workload import Workload, parse_mix
@@ -22,6 +23,7 @@ EPILOG = """examples:
   specagent-ray loadtest --concurrency 1000 --sessions 100000 --duration-s 300 --out results/load-1000
   specagent-ray loadtest --concurrency 50,200,1000 --duration-s 180    # three 60 s stages: latency vs load
   specagent-ray loadtest --mode open --rate 20 --duration-s 120
+  specagent-ray loadtest --concurrency 1000 --client-processes 4   # the client in 4 processes
   SPECAGENT_API_KEY=... specagent-ray loadtest --url http://specagent.example:8000 --user tau2 --concurrency 64
 
 Without --url, the load generator deploys --profile on a fresh local Ray instance and targets it on
@@ -53,6 +55,9 @@ def add_parser(sub: Any) -> None:
     load.add_argument("--max-errors", type=int, default=20, help="stop early at this many errors")
     load.add_argument("--timeout-s", type=float, default=60.0, help="per HTTP request")
     load.add_argument("--seed", type=int, default=0, help="open-loop arrival times")
+    load.add_argument("--client-processes", type=int, default=1,
+                      help="run the load client as this many processes (each takes every N-th session and "
+                           "a share of the concurrency and rate), so that the client is not the bottleneck")
     work = lt.add_argument_group("workload")
     work.add_argument("--tasks", default="airline:0-19,retail:0-19",
                       help="task mix, SOURCE:ID or SOURCE:FIRST-LAST, comma-separated (tool sources of the server)")
@@ -91,12 +96,12 @@ def config_from(args: argparse.Namespace, url: str, api_key: str) -> LoadConfig:
 
 
 def run_loadtest(args: argparse.Namespace, console: Console) -> int:
-    config_from(args, "http://127.0.0.1", "-")  # bad arguments fail before anything is deployed
+    split(config_from(args, "http://127.0.0.1", "-"), args.client_processes)  # bad arguments fail before
     if args.url:
         key = os.environ.get(args.api_key_env)
         if not key:
             raise ValueError(f"set the API key in ${args.api_key_env} (or pick another variable with --api-key-env)")
-        return _run(config_from(args, args.url, key), args.out, console)
+        return _run(config_from(args, args.url, key), args.out, console, args.client_processes)
     from ..serve.workload import local_cluster
     from ..testing.http import free_port
 
@@ -107,10 +112,10 @@ def run_loadtest(args: argparse.Namespace, console: Console) -> int:
                                      "queue_limit": max(4096, 8 * max(args.concurrency))}}
         with local_cluster(args.profile, free_port(), overrides) as url:
             key = os.environ.get(args.api_key_env) or "dev-key"
-            return _run(config_from(args, url, key), args.out, console)
+            return _run(config_from(args, url, key), args.out, console, args.client_processes)
 
 
-def _run(cfg: LoadConfig, out: Path, console: Console) -> int:
+def _run(cfg: LoadConfig, out: Path, console: Console, processes: int = 1) -> int:
     bound = cfg.duration_s + cfg.drain_s
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as progress:
@@ -121,7 +126,8 @@ def _run(cfg: LoadConfig, out: Path, console: Console) -> int:
                             description=f"in flight {snap['in_flight']:>5}  done {snap['done']:>6}  "
                                         f"steps {snap['steps']:>7}  errors {snap['errors']}")
         try:
-            result = asyncio.run(LoadRun(cfg, on_tick=tick).run())
+            result = (run_parts(cfg, processes, tick) if processes > 1 else
+                      asyncio.run(LoadRun(cfg, on_tick=tick).run()))
         except LoadAborted as exc:
             console.print(f"[red]load test not started:[/red] {escape(str(exc))}", soft_wrap=True)
             return 2

@@ -48,6 +48,8 @@ def summarize(result: LoadResult) -> dict[str, Any]:
         "sessions_per_min": round(60 * len(done) / wall, 2),
         "committed_steps": steps,
         "steps_per_s": round(steps / wall, 2),
+        "client_cpu_ms_per_step": (round(1000 * result.client_cpu_s / steps, 3)
+                                   if result.client_cpu_s is not None and steps else None),
         "step_latency_s": percentiles([x for r in load for x in r.step_latencies], QS),
         "session_latency_s": percentiles([r.end_s - r.start_s for r in done if r.end_s is not None], QS),
         "errors_by_kind": dict(errors.most_common()),
@@ -206,6 +208,8 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
             ("shed (open loop, client cap)", str(ss["shed"])), ("429s waited out", str(ss["throttled_429s"])),
             ("wall s", f"{s['wall_s']:.1f}"), ("sessions / min", f"{s['sessions_per_min']:.1f}"),
             ("committed steps", str(s["committed_steps"])), ("committed steps / s", f"{s['steps_per_s']:.1f}")]
+    if s.get("client_cpu_ms_per_step") is not None:
+        rows.append(("load client CPU ms / step (all its processes)", f"{s['client_cpu_ms_per_step']:.2f}"))
     for name, key in (("step latency", "step_latency_s"), ("session latency", "session_latency_s")):
         p = s[key]
         rows.append((f"{name} p50 / p95 / p99 ms", " / ".join(_ms(p[f"p{q}"]) for q in QS)))

@@ -64,6 +64,8 @@ class LoadConfig:
     request_timeout_s: float = 60.0
     seed: int = 0
     stages: tuple[int, ...] = ()  # closed loop: ascending concurrency levels, equal shares of duration_s
+    index_offset: int = 0  # session i of this run is workload session offset + stride * i (one client
+    index_stride: int = 1  # process of several takes every stride-th session, see processes.py)
 
     def __post_init__(self) -> None:
         if self.stages:
@@ -126,6 +128,8 @@ class LoadResult:
     stats_before: dict[str, Any]
     stats_after: dict[str, Any] | None
     levels: list[tuple[float, float, int]] = field(default_factory=list)  # closed loop: (from s, to s, level)
+    started_at: float = 0.0  # wall clock (time.time()) at the run's time 0
+    client_cpu_s: float | None = None  # the load client's own CPU time (all its processes)
 
     def load(self) -> list[SessionRecord]:
         return [r for r in self.records if r.phase == "load"]
@@ -160,19 +164,20 @@ class LoadRun:
         async with GatewayClient(cfg.url, cfg.api_key, timeout_s=cfg.request_timeout_s,
                                  max_connections=2 * cfg.concurrency + 20) as client:
             before = await self._preflight(client)
-            self._t0 = self.clock()
+            self._t0, started_at, cpu = self.clock(), time.time(), time.process_time()
             sampler = asyncio.create_task(self._sample())
             try:
                 await self._phase(client)
             finally:
                 sampler.cancel()
             wall = max((r.end_s or 0.0 for r in self.records), default=self.now())
+            cpu = time.process_time() - cpu  # the load phase's, not the baseline's
             after = await self._stats_or_none(client)
             if cfg.baseline_sessions and not self._abort.is_set():
                 await self._baseline(client)
         levels = self.levels() if cfg.mode == "closed" else []
         return LoadResult(cfg, self.records, wall, self.stopped_because, self.shed, self.timeline, before, after,
-                          levels)
+                          levels, started_at, cpu)
 
     async def _preflight(self, client: GatewayClient) -> dict[str, Any]:
         url = self.cfg.url
@@ -275,7 +280,7 @@ class LoadRun:
                 self.stopped_because = f"{self.cfg.sessions} sessions started"
             return None
         self.started += 1
-        return self.started - 1
+        return self.cfg.index_offset + self.cfg.index_stride * (self.started - 1)
 
     async def _sleep_unless_stopped(self, seconds: float) -> None:
         if seconds > 0:

@@ -162,3 +162,30 @@ def test_429s_are_waited_out_and_counted(tmp_path):
     s = summarize(result)
     assert s["sessions"]["done"] == 4 and s["sessions"]["errors"] == 0
     assert s["sessions"]["throttled_429s"] > 0  # the server admitted one session at a time
+
+
+def test_a_run_split_over_client_processes_sends_each_session_once_and_reports_as_one(tmp_path):
+    from specagent_ray.loadtest.processes import merged_timeline, run_parts, split
+
+    cfg = LoadConfig("http://x", "k", Workload(MIX), stages=(3, 8), sessions=11, rate=6.0, max_errors=5,
+                     baseline_sessions=2, duration_s=4)
+    parts = split(cfg, 3)
+    assert [p.stages for p in parts] == [(1, 3), (1, 3), (1, 2)] and sum(p.sessions for p in parts) == 11
+    assert [p.baseline_sessions for p in parts] == [2, 0, 0] and sum(p.rate for p in parts) == pytest.approx(6.0)
+    with pytest.raises(ValueError, match="at least 4"):
+        split(cfg, 4)
+    with in_process_gateway(tmp_path / "log") as url:
+        cfg = LoadConfig(url, "dev-key", Workload(MIX), concurrency=4, sessions=10, duration_s=120, drain_s=60,
+                         baseline_sessions=2)
+        ticks = []
+        result = run_parts(cfg, 2, ticks.append)
+    s = summarize(result)
+    assert sorted(r.index for r in result.load()) == list(range(10))  # every session once, none twice
+    assert s["sessions"]["done"] == 10 and s["sessions"]["errors"] == 0 and len(result.baseline()) == 2
+    assert s["committed_steps"] == sum(r.steps for r in result.load()) and s["client_cpu_ms_per_step"] > 0
+    assert ticks and result.timeline and result.timeline[-1]["started"] <= 10
+    a = [{"t": 0.0, "started": 2, "done": 0}, {"t": 1.0, "started": 3, "done": 1}, {"t": 2.01, "started": 4, "done": 3}]
+    b = [{"t": 0.4, "started": 2, "done": 0}, {"t": 1.4, "started": 2, "done": 2}]  # a part that began 0.4 s later
+    merged = merged_timeline([a, b])  # each second: every part's latest counts, added up
+    assert [(m["t"], m["started"], m["done"]) for m in merged] == [(0.0, 4, 0), (1.0, 5, 3), (2.0, 6, 5)]
+    assert all(0 <= r.start_s <= r.end_s <= result.wall_s for r in result.load())
