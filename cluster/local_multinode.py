@@ -59,12 +59,13 @@ class Node:
 
 
 def node_plan(workers: int = 2, gpus_per_worker: int = 8, drafters: int = 0,
-              accelerator_type: str = "H20") -> list[Node]:
+              accelerator_type: str = "H20", cpus_per_worker: int = 2) -> list[Node]:
     """The nodes to start: head (0 GPUs), ``workers`` verifier nodes, ``drafters`` one-GPU drafter nodes.
-    The resources mirror ``cluster/aws-gpu.yaml``'s node types."""
+    The resources mirror ``cluster/aws-gpu.yaml``'s node types. CPUs are logical (what Ray schedules
+    by), so a worker may advertise more than the host has."""
     accel = {f"accelerator_type:{accelerator_type}": 1} if accelerator_type else {}
     nodes = [Node("head", True, 1, 0, {"head_node": 1})]
-    nodes += [Node(f"verifier-{i}", False, 2, gpus_per_worker, {"verifier_node": 1, **accel})
+    nodes += [Node(f"verifier-{i}", False, cpus_per_worker, gpus_per_worker, {"verifier_node": 1, **accel})
               for i in range(workers)]
     nodes += [Node(f"drafter-{i}", False, 1, 1, {"drafter_node": 1, **accel}) for i in range(drafters)]
     return nodes
@@ -182,7 +183,7 @@ def alive_nodes(address: str, state_dir: Path) -> list[dict[str, Any]]:
 
 def start(state_dir: Path = DEFAULT_DIR, base_port: int = DEFAULT_BASE_PORT, workers: int = 2,
           gpus_per_worker: int = 8, drafters: int = 0, accelerator_type: str = "H20",
-          timeout_s: float = 90.0) -> dict[str, Any]:
+          timeout_s: float = 90.0, cpus_per_worker: int = 2) -> dict[str, Any]:
     """Start the head and the worker nodes; returns the state (also written to ``state_dir/state.json``).
     On any failure the nodes started so far are stopped again."""
     state_dir = Path(state_dir)
@@ -190,7 +191,7 @@ def start(state_dir: Path = DEFAULT_DIR, base_port: int = DEFAULT_BASE_PORT, wor
     if old and any(_alive(n["pid"]) for n in old["nodes"]):
         raise RuntimeError(f"a cluster from {state_dir} is still running (address {old['address']}); "
                            "stop it first")
-    nodes = node_plan(workers, gpus_per_worker, drafters, accelerator_type)
+    nodes = node_plan(workers, gpus_per_worker, drafters, accelerator_type, cpus_per_worker)
     for i, node in enumerate(nodes):
         node.ports = ports_for(base_port, i)
     busy = sorted(p for n in nodes for k, p in n.ports.items() if k not in ("min_worker", "max_worker")
@@ -353,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT, help="GCS port; the rest follow it")
     s.add_argument("--workers", type=int, default=2, help="verifier nodes (default 2)")
     s.add_argument("--gpus-per-worker", type=int, default=8)
+    s.add_argument("--cpus-per-worker", type=int, default=2,
+                   help="logical CPUs each verifier node advertises (the sim profile's replicas need ~6 + shards)")
     s.add_argument("--drafters", type=int, default=0, help="one-GPU drafter nodes (default 0)")
     s.add_argument("--accelerator-type", default="H20", help="fake accelerator_type resource ('' for none)")
     s.add_argument("--timeout", type=float, default=90.0)
@@ -362,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-logs", action="store_true")
     a = ap.parse_args(argv)
     if a.cmd == "start":
-        state = start(a.dir, a.base_port, a.workers, a.gpus_per_worker, a.drafters, a.accelerator_type, a.timeout)
+        state = start(a.dir, a.base_port, a.workers, a.gpus_per_worker, a.drafters, a.accelerator_type, a.timeout,
+                      a.cpus_per_worker)
         print(f"started {len(state['nodes'])} nodes at {state['address']}; drivers need:")
         print(" ".join(f"{k}={v}" for k, v in {**state["env"], "RAY_ADDRESS": state["address"]}.items()))
         return 0

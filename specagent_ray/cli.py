@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sessions of the latency-bound run (GPU-like engine latencies; 0 skips it)")
     sc.add_argument("--client-processes", type=int, default=1,
                     help="load client processes sharing the sessions, so that the client is not the bottleneck")
+    sc.add_argument("--address", default=None,
+                    help="run on this Ray cluster instead of a fresh local instance, e.g. the multi-node one "
+                         "that cluster/local_multinode.py starts (set the environment it prints first)")
 
     rs = bench.add_parser("restart", help="a coordinator's time to ready after a long history, before and after "
                           "log compaction", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -184,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.suite == "scale":
             from .bench.scale import report_scale
 
-            return report_scale(console, args.shards, args.sessions, args.latency_sessions, args.client_processes)
+            return report_scale(console, args.shards, args.sessions, args.latency_sessions, args.client_processes,
+                                args.address)
         if args.suite == "tau2":
             return _bench_tau2(args, console)
         if args.suite == "throughput":

@@ -1,5 +1,6 @@
 """``bench scale``: the coordinator shards apart from the machine, on the ``sim`` profile (SIMULATED
-engines, real Ray Serve, real HTTP, one local Ray instance).
+engines, real Ray Serve, real HTTP), on a fresh local Ray instance or, with ``--address``, on a running
+cluster such as the multi-node one ``cluster/local_multinode.py`` starts on this host.
 
 For each shard count it deploys a fresh application and reports, from the same run: the coordinators'
 idle CPU (before any session), their CPU per committed step, committed steps/s, overhead p50/p99, each
@@ -55,9 +56,10 @@ async def _stats(url: str) -> dict[str, Any]:
 
 
 def scale_run(shards: int, sessions: int, latency: dict[str, float] | None = None,
-              client_processes: int = 1) -> dict[str, Any]:
+              client_processes: int = 1, address: str | None = None) -> dict[str, Any]:
     """One fresh deployment with ``shards`` coordinators running ``sessions`` concurrent sessions, driven
-    by ``client_processes`` load client processes."""
+    by ``client_processes`` load client processes, on a fresh local Ray instance or the cluster at
+    ``address``."""
     with tempfile.TemporaryDirectory() as log:
         per_shard = sessions // shards + 16
         args: dict[str, Any] = {"session_log": log, "coordinators": shards,
@@ -65,7 +67,7 @@ def scale_run(shards: int, sessions: int, latency: dict[str, float] | None = Non
         if latency is not None:
             args["engines"] = {"kind": "sim", "latency": latency}
         # Every replica asks Ray for one CPU; logical CPUs, so that all shards get placed on any machine.
-        with local_cluster("sim", free_port(), args, num_cpus=8 + shards) as url:
+        with local_cluster("sim", free_port(), args, num_cpus=8 + shards, address=address) as url:
             before = asyncio.run(_stats(url))
             time.sleep(IDLE_S)
             idle = asyncio.run(_stats(url))
@@ -86,34 +88,38 @@ def scale_run(shards: int, sessions: int, latency: dict[str, float] | None = Non
         "overhead_p50_ms": 1000 * (after["overhead_s"].get("p50") or 0),
         "overhead_p99_ms": 1000 * (after["overhead_s"].get("p99") or 0),
         "shares": [n / steps for n in shard_steps],
+        "node_ids": sorted({s.get("node_id") or "?" for s in after["shards"]}),  # the Ray nodes holding shards
         "session_steps_per_s": sum(r.steps for r in results) / max(1e-9, sum(r.wall_s for r in results)),
         "bound_steps_per_s": sum(r.steps for r in results) / max(1e-9, sum(r.engine_s for r in results)),
     }
 
 
 def report_scale(console: Console, shard_counts: tuple[int, ...], sessions: int, latency_sessions: int,
-                 client_processes: int = 1) -> int:
+                 client_processes: int = 1, address: str | None = None) -> int:
     rows = []
+    where = f"the Ray cluster at {address}" if address else "a fresh local Ray instance"
     for n in shard_counts:
-        console.print(f"{n} coordinator shard(s), {sessions} concurrent sessions, {client_processes} client process(es)...")
-        rows.append(scale_run(n, sessions, client_processes=client_processes))
+        console.print(f"{n} coordinator shard(s), {sessions} concurrent sessions, {client_processes} client "
+                      f"process(es), on {where}...")
+        rows.append(scale_run(n, sessions, client_processes=client_processes, address=address))
     table = Table(title=f"Coordinator shards, sim profile, {sessions} concurrent sessions (SIMULATED engines; "
-                        "figures measured on this machine)")
+                        "figures measured on this machine)", caption=f"deployed on {where}")
     for col in ("shards", "errors", "idle % core / shard", "coordinator CPU ms / step", "vs 1 shard",
-                "steps/s", "overhead p50 ms", "overhead p99 ms", "shares of steps", "client CPU ms / step (all)"):
+                "steps/s", "overhead p50 ms", "overhead p99 ms", "shares of steps", "nodes holding shards",
+                "client CPU ms / step (all)"):
         table.add_column(col, justify="right")
     base = rows[0]["cpu_ms_per_step"] or 1e-9
     for r in rows:
         table.add_row(str(r["shards"]), str(r["errors"]), f"{r['idle_core_pct']:.1f}", f"{r['cpu_ms_per_step']:.2f}",
                       f"{r['cpu_ms_per_step'] / base:.2f}x", f"{r['steps_per_s']:.1f}", f"{r['overhead_p50_ms']:.2f}",
-                      f"{r['overhead_p99_ms']:.1f}", " / ".join(f"{s:.0%}" for s in r["shares"]),
+                      f"{r['overhead_p99_ms']:.1f}", " / ".join(f"{s:.0%}" for s in r["shares"]), str(len(r["node_ids"])),
                       f"{r['client_cpu_ms_per_step']:.2f}")
     console.print(table)
     errors = sum(r["errors"] for r in rows)
     if latency_sessions:
         shards = max(shard_counts)
         console.print(f"latency-bound run: {shards} shard(s), {latency_sessions} sessions, GPU-like latencies...")
-        r = scale_run(shards, latency_sessions, GPU_LIKE, client_processes)
+        r = scale_run(shards, latency_sessions, GPU_LIKE, client_processes, address)
         errors += r["errors"]
         lt = Table(title="Latency-bound run (SIMULATED engines with GPU-like latencies: draft 40 ms/step, verify "
                          "250 ms, strong step 300 ms; measured on this machine)")

@@ -123,7 +123,9 @@ class CoordinatorDeployment:
         return await self.coordinator.cancel(sid, **kw)
 
     def stats(self) -> dict[str, Any]:
-        return self.coordinator.stats()
+        import ray
+
+        return {**self.coordinator.stats(), "node_id": ray.get_runtime_context().get_node_id()}
 
 
 def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: DeploymentHandle | None) -> Any:

@@ -101,14 +101,16 @@ def build(import_path: str, args: Mapping[str, Any]) -> Any:
     return getattr(importlib.import_module(module), attr)(dict(args))
 
 
-def run_profile(schema: Any, port: int | None = None) -> str:
+def run_profile(schema: Any, port: int | None = None, proxy_location: str | None = None) -> str:
     """Deploy every application of a validated profile on the connected Ray cluster; returns the base
-    URL. The caller owns ``ray.init`` and ``serve.shutdown``."""
+    URL. The caller owns ``ray.init`` and ``serve.shutdown``. ``proxy_location="HeadOnly"`` where
+    several nodes share one host and so cannot each bind the port."""
     from ray import serve
 
     http = schema.http_options
     host, port = (getattr(http, "host", None) or "127.0.0.1"), port or getattr(http, "port", 8000)
-    serve.start(http_options={"host": host, "port": port})
+    serve.start(http_options={"host": host, "port": port},
+                **({"proxy_location": proxy_location} if proxy_location else {}))
     for app in schema.applications:
         serve.run(build(app.import_path, app.args or {}), name=app.name, route_prefix=app.route_prefix,
                   blocking=False)

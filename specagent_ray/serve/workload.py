@@ -31,20 +31,25 @@ def ensure_local_models(root: Path = Path(".specagent/models")) -> None:
 
 @contextmanager
 def local_cluster(profile: str, port: int, args: dict[str, Any] | None = None, num_cpus: int = 8,
-                  timeout_s: float = 900.0) -> Iterator[str]:
-    """Deploy a profile on a fresh local Ray instance; yields the gateway's base URL once it answers
-    and, for model engines, once every engine answers a one-token chat. Everything stops on exit."""
+                  timeout_s: float = 900.0, address: str | None = None) -> Iterator[str]:
+    """Deploy a profile on a fresh local Ray instance, or with ``address`` on that running cluster
+    (several nodes on one host, as ``cluster/local_multinode.py`` starts: one HTTP proxy, on the head);
+    yields the gateway's base URL once it answers and, for model engines, once every engine answers a
+    one-token chat. The applications stop on exit, and so does a Ray instance started here."""
     import logging
 
     import ray
     from ray import serve
 
     schema = load_profile(profile, args, port=port)
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    if address is None:
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
     for chatty in ("httpx", "LiteLLM", "openai"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
-        url = run_profile(schema, port=port)
+        url = run_profile(schema, port=port, proxy_location=None if address is None else "HeadOnly")
         wait_for_http(f"{url}/healthz", timeout_s)
         for app in schema.applications:
             for cfg in (app.args or {}).get("llm_configs", []):

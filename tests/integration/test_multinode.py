@@ -2,7 +2,7 @@
 that advertise 8 (fake) GPUs each, like the verifier node type of cluster/aws-gpu.yaml. The verifier
 engine's placement group, as Ray Serve LLM derives it from deployments/gpu-tp16.yaml, must be placed on
 exactly the two worker nodes, 8 bundles on each, none on the head; a group needing 3 x 8 GPUs must stay
-pending.
+pending. ``bench scale`` deploys the sim profile's coordinator shards on the same cluster.
 
 Every Ray driver runs in a child process (cluster/pg_probe.py, the script's own status): this pytest
 process keeps no Ray state of its own, and other tests in it use ``ray.init`` on a different cluster."""
@@ -51,7 +51,8 @@ def cluster():
     state_dir = Path(tempfile.mkdtemp(prefix="sa-mn-", dir="/tmp"))  # short: Ray's socket paths live here
     try:
         for _ in range(3):  # another process may hold a port in the range: try another base
-            started = _script(state_dir, "start", "--base-port", str(random.randrange(21000, 31000, 1000)))
+            started = _script(state_dir, "start", "--base-port", str(random.randrange(21000, 31000, 1000)),
+                              "--cpus-per-worker", "6")  # room for the sim profile's replicas too
             if started.returncode == 0 or "ports in use" not in started.stderr:
                 break
         assert started.returncode == 0, f"start failed:\n{started.stdout}\n{started.stderr[-3000:]}"
@@ -113,6 +114,17 @@ def test_three_times_eight_gpus_stays_pending(probe):
     assert too_big["bundles"] == TOO_BIG
     assert too_big["ready"] is False and too_big["state"] == "PENDING"
     assert not any(too_big["bundle_nodes"])
+
+
+def test_bench_scale_runs_its_shards_on_the_multinode_cluster(cluster):
+    _, state = cluster
+    code = ("import json; from specagent_ray.bench.scale import scale_run; "
+            f"print(json.dumps(scale_run(2, 12, address={state['address']!r})))")
+    out = _run("-c", code, env={**state["env"], "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, timeout=600)
+    assert out.returncode == 0, f"bench failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["errors"] == 0 and r["steps"] > 0 and len(r["shares"]) == 2 and min(r["shares"]) > 0
+    assert set(r["node_ids"]) <= {n["node_id"] for n in state["ray_nodes"]}  # the shards ran on this cluster
 
 
 def test_stop_leaves_no_processes(cluster):
