@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -104,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--address", default=None,
                     help="run on this Ray cluster instead of a fresh local instance, e.g. the multi-node one "
                          "that cluster/local_multinode.py starts (set the environment it prints first)")
+    sc.add_argument("--serve-throughput-optimized", action="store_true",
+                    help="start the local Ray instance with RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (Ray Serve's "
+                         "high-throughput mode: gRPC between replicas, the router on the caller's loop)")
 
     rs = bench.add_parser("restart", help="a coordinator's time to ready after a long history, before and after "
                           "log compaction", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -186,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
             return report_batching(console, args.sessions, args.window_ms, args.max_batch)
         if args.suite == "scale":
             from .bench.scale import report_scale
+
+            if args.serve_throughput_optimized:  # read by every Ray process at start: set before ray.init
+                os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"
 
             return report_scale(console, args.shards, args.sessions, args.latency_sessions, args.client_processes,
                                 args.address)

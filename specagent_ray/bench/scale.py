@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -98,6 +99,8 @@ def report_scale(console: Console, shard_counts: tuple[int, ...], sessions: int,
                  client_processes: int = 1, address: str | None = None) -> int:
     rows = []
     where = f"the Ray cluster at {address}" if address else "a fresh local Ray instance"
+    if os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED") == "1":
+        where += " with RAY_SERVE_THROUGHPUT_OPTIMIZED=1"
     for n in shard_counts:
         console.print(f"{n} coordinator shard(s), {sessions} concurrent sessions, {client_processes} client "
                       f"process(es), on {where}...")

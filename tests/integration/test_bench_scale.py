@@ -11,11 +11,14 @@ from specagent_ray.cli import main
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
-def test_bench_scale_prints_every_shard_count_and_the_latency_bound_run(capsys):
-    assert main(["bench", "scale", "--shards", "1,2", "--sessions", "12", "--latency-sessions", "6"]) == 0
+def test_bench_scale_prints_every_shard_count_and_the_latency_bound_run(capsys, monkeypatch):
+    monkeypatch.setenv("RAY_SERVE_THROUGHPUT_OPTIMIZED", "0")  # restored afterwards: the flag sets it to 1
+    assert main(["bench", "scale", "--shards", "1,2", "--sessions", "12", "--latency-sessions", "6",
+                 "--serve-throughput-optimized"]) == 0  # 0: no session failed in Serve's throughput mode
     out = capsys.readouterr().out
     assert "Coordinator shards" in out and "Latency-bound run" in out and "bound (latencies)" in out
     assert "measured on this machine" in out and "SIMULATED" in out
+    assert "RAY_SERVE_THROUGHPUT_OPTIMIZED=1" in out
 
 
 def test_a_scale_run_accounts_for_every_step_and_every_shard():
