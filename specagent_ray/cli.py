@@ -45,11 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = bench.add_parser("tau2", help="all methods on tau2-bench tasks, graded by tau2's evaluator",
                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    t.add_argument("--domain", default="airline", choices=["airline", "retail"])
+    t.add_argument("--domain", default="airline", choices=["airline", "retail", "telecom"],
+                   help="tau2 domain; telecom is dual-control (the user runs tools on their phone)")
     t.add_argument("--methods", type=_csv, default=("strong", "weak", "specagent", "agentcollab", "specactions"),
                    help="comma-separated: strong, weak, specagent, agentcollab, specactions, specagent-exact")
     t.add_argument("--trials", type=int, default=3, help="runs per task (Pass@1 averages over them)")
-    t.add_argument("--tasks", type=_csv, default=None, help="comma-separated task ids (default: all)")
+    t.add_argument("--tasks", type=_csv, default=None,
+                   help="comma-separated task ids (default: tau2's base split: all of airline and retail, "
+                        "114 of telecom's 2,285)")
     t.add_argument("--k", type=int, default=6, help="most steps drafted per block (paper: 6 for tau2)")
     t.add_argument("--max-steps", type=int, default=100, help="committed-step guard per task")
     t.add_argument("--review-messages", action="store_true",
@@ -224,16 +227,20 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     from .bench.simulation import SimSettings
     from .bench.tau2 import BenchConfig, Hardware, run_bench, task_ids
     from .protocol.runtime import SpecConfig
+    from .tools.tau2 import Tau2Domain
 
     live = args.backend == "vllm"
     cfg = BenchConfig(
         domain=args.domain, methods=args.methods, trials=args.trials, task_ids=args.tasks,
         spec=SpecConfig(k=args.k, max_steps=args.max_steps, review_messages=args.review_messages),
-        sim=SimSettings(seed=args.seed), hardware=Hardware(gpu=args.gpu, strong_gpus=args.strong_gpus),
+        sim=SimSettings.for_domain(args.domain, seed=args.seed), hardware=Hardware(gpu=args.gpu, strong_gpus=args.strong_gpus),
         workers=args.workers,
     )
     if live and (not args.weak or not args.strong):
         raise ValueError("--backend vllm needs --weak and --strong (an endpoint URL or a model folder each)")
+    if live and Tau2Domain.load(cfg.domain).user_tool_schemas:
+        raise ValueError(f"--backend vllm does not run {cfg.domain} yet: its user has tools of their own, and the "
+                         "live tau2 user simulator is not given them; use --backend sim")
     total = len(task_ids(cfg)) * cfg.trials * len(cfg.methods)
     stem = f"tau2-{cfg.domain}-{'live' if live else 'seed' + str(args.seed)}"
     store = _open_store(args.store) if args.store else None

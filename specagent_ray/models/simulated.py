@@ -48,8 +48,8 @@ class GoldScript:
 def build_script(gold_calls: Sequence[Action], communicate: Sequence[str], effect: Callable[[Action], Effect],
                  spare_reads: Sequence[Action]) -> GoldScript:
     items: list[Action] = []
-    for call in gold_calls:
-        if effect(call) is Effect.WRITE:
+    for call in gold_calls:  # tool calls, and (dual-control domains) messages asking the user to act
+        if call.kind is ActionKind.TOOL and effect(call) is Effect.WRITE:
             items.append(Action.message(f"I will now {call.describe()}. Shall I proceed?"))
         items.append(call)
     closing = "Everything is taken care of." + "".join(f" {c}." for c in communicate)
@@ -81,6 +81,13 @@ STRONG_RATES = ErrorRates(wrong_arg=0.14, needless_read=0.03, skipped_read=0.02,
                           premature_stop=0.025)
 WEAK_RATES = ErrorRates(wrong_arg=0.17, needless_read=0.15, skipped_read=0.12, premature_write=0.03,
                         premature_stop=0.02)
+# tau2 telecom, calibrated to vendor-reported telecom Pass@1 on the public tau2 leaderboard (as listed by
+# agentsdirectory.dev, June 2026): a strong model at 83.0 (Claude Haiku 4.5) and a weak one at 64.4
+# (Nemotron 3 Super). The airline strong rates already land at 83.0 on telecom's 114 base tasks x 3
+# trials; the weak rates are the airline ones doubled (64.9). See docs/simulation.md.
+TELECOM_WEAK_RATES = ErrorRates(wrong_arg=0.34, needless_read=0.30, skipped_read=0.24, premature_write=0.06,
+                                premature_stop=0.04)
+DOMAIN_RATES = {"telecom": (STRONG_RATES, TELECOM_WEAK_RATES)}  # (strong, weak); other domains: the defaults
 
 
 @dataclass(frozen=True)

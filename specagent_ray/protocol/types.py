@@ -90,12 +90,24 @@ class Action:
 
 
 @dataclass(frozen=True, slots=True)
+class UserToolCall:
+    """A tool the user ran on their own side before replying (dual-control domains: the user toggles
+    airplane mode, the agent cannot). The agent never runs these; it only reads the user's reply."""
+
+    call: ToolCall
+    content: str
+    error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
-    """What executing an action returned. ``error`` marks tool failures and refused actions."""
+    """What executing an action returned. ``error`` marks tool failures and refused actions. A user's
+    reply to a message carries the tools the user ran on their side in ``user_calls``, in order."""
 
     content: str
     error: bool = False
     user_stop: bool = False
+    user_calls: tuple[UserToolCall, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

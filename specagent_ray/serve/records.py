@@ -31,10 +31,26 @@ class _Record(BaseModel):
         return self.model_dump(mode="json")
 
 
+class UserCallJson(BaseModel):
+    name: str
+    arguments: dict[str, Any]
+    content: str
+    error: bool = False
+
+
 class ObservationJson(BaseModel):
     content: str
     error: bool = False
     user_stop: bool = False
+    user_calls: list[UserCallJson] | None = Field(None, description="tools the user ran on their side before "
+                                                  "replying (dual-control domains only)")
+
+    @model_serializer(mode="wrap")
+    def _without_empty_user_calls(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        if not out.get("user_calls"):
+            out.pop("user_calls", None)
+        return out
 
 
 class CallJson(BaseModel):

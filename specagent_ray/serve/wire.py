@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol.types import Action, ActionKind, Effect, Event, Observation, Step
+from ..protocol.types import Action, ActionKind, Effect, Event, Observation, Step, ToolCall, UserToolCall
 
 
 def action_dict(action: Action) -> dict[str, Any]:
@@ -32,11 +32,19 @@ def action_from(data: dict[str, Any]) -> Action:
 def observation_dict(obs: Observation | None) -> dict[str, Any] | None:
     if obs is None:
         return None
-    return {"content": obs.content, "error": obs.error, "user_stop": obs.user_stop}
+    out: dict[str, Any] = {"content": obs.content, "error": obs.error, "user_stop": obs.user_stop}
+    if obs.user_calls:  # only dual-control domains have them; other records keep their old form
+        out["user_calls"] = [{"name": u.call.name, "arguments": u.call.arguments, "content": u.content,
+                              "error": u.error} for u in obs.user_calls]
+    return out
 
 
 def observation_from(data: dict[str, Any] | None) -> Observation | None:
-    return None if data is None else Observation(data["content"], data["error"], data["user_stop"])
+    if data is None:
+        return None
+    calls = tuple(UserToolCall(ToolCall(u["name"], u["arguments"]), u["content"], u.get("error", False))
+                  for u in data.get("user_calls") or ())
+    return Observation(data["content"], data["error"], data["user_stop"], calls)
 
 
 def step_dict(step: Step) -> dict[str, Any]:

@@ -3,8 +3,16 @@
 READ/WRITE comes from tau2's own ``@is_tool(ToolType...)`` tags. ``calculate`` is pure, so it counts
 as a READ; ``transfer_to_human_agents`` hands the customer over, so it is a WRITE; every other tool
 tau2 does not tag READ, and every unknown tool, is a WRITE. Grading uses tau2's own
-``EnvironmentEvaluator`` (DB hash) and ``CommunicateEvaluator``, combined by the task's reward basis
-exactly as ``tau2.evaluator.evaluate_simulation`` does, offline.
+``EnvironmentEvaluator`` (DB hash, environment assertions), ``ActionEvaluator`` and
+``CommunicateEvaluator``, combined by the task's reward basis exactly as
+``tau2.evaluator.evaluate_simulation`` does, offline.
+
+Telecom is dual-control: the user has tools of their own (toggling airplane mode, rebooting the phone).
+They are not in the agent's catalog, so the agent can neither validate nor run them (an unknown tool is
+a WRITE and never valid); ``Tau2Tools.execute_user`` runs them against the user's side of the same
+environment, for the user, and the user's reply carries them (``Observation.user_calls``). Each
+environment starts in its task's initial state (``initialization_actions``), as tau2's orchestrator
+sets it.
 """
 
 from __future__ import annotations
@@ -16,10 +24,10 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..protocol.types import ActionKind, Effect, Observation, Termination, ToolCall, Trajectory
+from ..protocol.types import ActionKind, Effect, Observation, Termination, ToolCall, Trajectory, UserToolCall
 from .schema import SchemaValidator
 
-DOMAINS = ("airline", "retail")
+DOMAINS = ("airline", "retail", "telecom")
 ALWAYS_READ = frozenset({"calculate"})
 
 
@@ -35,13 +43,16 @@ class Tau2Domain:
     """One tau2 domain loaded once: tasks, tool schemas and types, and a pristine DB to copy from."""
 
     name: str
-    tasks: dict[str, Any]
+    tasks: dict[str, Any]  # every task tau2 ships for the domain
+    base: tuple[str, ...]  # the ids of tau2's "base" split (the benchmark's task set)
     policy: str
     tool_schemas: dict[str, dict[str, Any]]
     tool_types: dict[str, str]
+    user_tool_schemas: dict[str, dict[str, Any]]  # dual-control domains: the user's own tools
     _make_env: Callable[..., Any] = field(repr=False)
     _db_class: type = field(repr=False)
     _pristine: bytes = field(repr=False)
+    _user_pristine: bytes | None = field(repr=False)
 
     @classmethod
     @functools.cache
@@ -56,20 +67,31 @@ class Tau2Domain:
         env_mod = import_module(f"tau2.domains.{name}.environment")
         env = env_mod.get_environment()
         db = env.tools.db
+        user_db = env.user_tools.db if env.user_tools is not None else None
         return cls(
             name=name,
             tasks={t.id: t for t in env_mod.get_tasks(None)},
+            base=tuple(t.id for t in env_mod.get_tasks("base")),
             policy=env.get_policy(),
             tool_schemas={t.name: t.openai_schema["function"]["parameters"] for t in env.get_tools()},
             tool_types={k: v.value for k, v in get_tool_types(env.tools).items()},
+            user_tool_schemas={t.name: t.openai_schema["function"]["parameters"] for t in env.get_user_tools()}
+            if user_db is not None else {},
             _make_env=env_mod.get_environment,
             _db_class=type(db),
             _pristine=pickle.dumps(db),
+            _user_pristine=pickle.dumps(user_db) if user_db is not None else None,
         )
 
-    def new_environment(self, solo_mode: bool = False) -> Any:
-        """A fresh tau2 ``Environment`` on a private copy-on-read copy of the domain's initial DB."""
-        return self._make_env(db=self._fresh_db(), solo_mode=solo_mode)
+    def new_environment(self, solo_mode: bool = False, task: Any = None) -> Any:
+        """A fresh tau2 ``Environment`` on a private copy-on-read copy of the domain's initial DB (and a
+        copy of its user DB, for dual-control domains), in ``task``'s initial state when given."""
+        user = {} if self._user_pristine is None else {"user_db": pickle.loads(self._user_pristine)}
+        env = self._make_env(db=self._fresh_db(), solo_mode=solo_mode, **user)
+        state = getattr(task, "initial_state", None)
+        if state is not None:
+            env.set_state(state.initialization_data, state.initialization_actions, state.message_history or [])
+        return env
 
     def _fresh_db(self) -> Any:
         """The initial DB for one environment. Its tables (dicts of records) are ``CopyOnRead`` views of
@@ -94,11 +116,12 @@ class Tau2Domain:
 class Tau2Tools:
     """Runs tool calls in a real tau2 environment. Unknown tools are WRITE and never valid."""
 
-    def __init__(self, domain: Tau2Domain, env: Any | None = None):
+    def __init__(self, domain: Tau2Domain, env: Any | None = None, task: Any = None):
         self.domain = domain
-        self.env = env if env is not None else domain.new_environment()
+        self.env = env if env is not None else domain.new_environment(task=task)
         self.validator = schema_validator(domain.name)
         self.executed: list[ToolCall] = []
+        self.user_executed: list[ToolCall] = []
 
     def classify(self, call: ToolCall) -> Effect:
         return self.domain.effect(call.name)
@@ -112,6 +135,18 @@ class Tau2Tools:
         self.executed.append(call)
         msg = self.env.get_response(Tau2Call(id=f"call_{len(self.executed)}", name=call.name, arguments=call.arguments))
         return Observation(msg.content or "", error=bool(msg.error))
+
+    def execute_user(self, call: ToolCall) -> UserToolCall:
+        """Run one of the *user's* tools (dual-control domains) on the user's side of the environment.
+        For the user's side only: the agent's path (``execute``) never reaches the user's tools."""
+        from tau2.data_model.message import ToolCall as Tau2Call
+
+        if call.name not in self.domain.user_tool_schemas:
+            raise ValueError(f"{call.name!r} is not a user tool of {self.domain.name}")
+        self.user_executed.append(call)
+        msg = self.env.get_response(Tau2Call(id=f"user_call_{len(self.user_executed)}", name=call.name,
+                                             arguments=call.arguments, requestor="user"))
+        return UserToolCall(call, msg.content or "", bool(msg.error))
 
 
 @functools.cache
@@ -164,7 +199,9 @@ def schema_validator(domain: str) -> SchemaValidator:
 
 def to_tau2_messages(trajectory: Trajectory, first_user_message: str) -> list[Any]:
     """The committed history as tau2 messages: tool calls with their results, and each agent
-    message followed by the user's reply. Dropped (rejected) draft steps are not part of it."""
+    message followed by the tools the user ran on their side (as tau2 records them: a user message
+    with the call, then its result) and the user's reply. Dropped (rejected) draft steps are not part
+    of it."""
     from tau2.data_model.message import AssistantMessage, ToolCall as Tau2Call, ToolMessage, UserMessage
 
     messages: list[Any] = [UserMessage(role="user", content=first_user_message)]
@@ -177,6 +214,12 @@ def to_tau2_messages(trajectory: Trajectory, first_user_message: str) -> list[An
             messages.append(ToolMessage(id=call_id, role="tool", content=obs.content, error=obs.error))
         elif action.kind is ActionKind.MESSAGE and obs is not None:
             messages.append(AssistantMessage(role="assistant", content=action.text))
+            for j, user in enumerate(obs.user_calls):
+                call_id = f"user_call_{i}_{j}"
+                messages.append(UserMessage(role="user", tool_calls=[Tau2Call(
+                    id=call_id, name=user.call.name, arguments=user.call.arguments, requestor="user")]))
+                messages.append(ToolMessage(id=call_id, role="tool", content=user.content, error=user.error,
+                                            requestor="user"))
             messages.append(UserMessage(role="user", content=obs.content))
     return messages
 
@@ -185,13 +228,16 @@ def trajectory_key(trajectory: Trajectory) -> str:
     """Everything grading depends on; equal keys grade equally (the evaluator is deterministic)."""
     parts = [trajectory.termination.value]
     for s in trajectory.steps:
-        parts.append(s.action.key() + "->" + (s.observation.content if s.observation else ""))
+        obs = s.observation
+        user = [u.call.key() + "->" + u.content for u in obs.user_calls] if obs else []
+        parts.append(s.action.key() + "->" + (obs.content if obs else "") + json.dumps(user))
     return json.dumps(parts)
 
 
 @dataclass
 class Grader:
-    """tau2's own offline evaluation (DB + COMMUNICATE), memoized on the committed trajectory."""
+    """tau2's own offline evaluation (DB, environment assertions, ACTION, COMMUNICATE), memoized on the
+    committed trajectory."""
 
     domain: Tau2Domain
     cache: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -204,6 +250,7 @@ class Grader:
 
     def _evaluate(self, task_id: str, trajectory: Trajectory, first_user_message: str) -> float:
         from tau2.data_model.tasks import RewardType
+        from tau2.evaluator.evaluator_action import ActionEvaluator
         from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
         from tau2.evaluator.evaluator_env import EnvironmentEvaluator
 
@@ -219,9 +266,11 @@ class Grader:
             reward *= EnvironmentEvaluator.calculate_reward(
                 environment_constructor=self.domain.new_environment, task=task, full_trajectory=messages
             ).reward
+        if RewardType.ACTION in basis:
+            reward *= ActionEvaluator.calculate_reward(task=task, full_trajectory=messages).reward
         if RewardType.COMMUNICATE in basis:
             reward *= CommunicateEvaluator.calculate_reward(task=task, full_trajectory=messages).reward
-        unsupported = basis - {RewardType.DB, RewardType.ENV_ASSERTION, RewardType.COMMUNICATE}
+        unsupported = basis - {RewardType.DB, RewardType.ENV_ASSERTION, RewardType.ACTION, RewardType.COMMUNICATE}
         if unsupported:
             raise ValueError(f"task {task_id}: reward basis {sorted(unsupported)} needs an LLM judge")
         return reward
