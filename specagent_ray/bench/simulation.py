@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -53,7 +54,8 @@ class GoldUser:
     gold calls; the user runs each one once, through ``run`` (their own side of the environment), when
     asked for it, and replies with what they saw."""
 
-    def __init__(self, requests: Sequence[ToolCall] = (), run: Callable[[ToolCall], UserToolCall] | None = None):
+    def __init__(self, requests: Sequence[ToolCall] = (),
+                 run: Callable[[ToolCall], UserToolCall | Awaitable[UserToolCall]] | None = None):
         self.heard: list[str] = []
         self._todo = Counter(ask_user(c) for c in requests)
         self._calls = {ask_user(c): c for c in requests}
@@ -66,6 +68,8 @@ class GoldUser:
         if self._todo[text] > 0 and self._run is not None:
             self._todo[text] -= 1
             done = self._run(self._calls[text])
+            if inspect.isawaitable(done):
+                done = await done
             return Observation(f"Done. My phone shows: {done.content}", user_calls=(done,))
         return Observation("Thank you.")
 

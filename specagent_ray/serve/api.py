@@ -38,7 +38,8 @@ class CreateSession(Body):
     never make the server start a command or reach a URL of its choosing."""
 
     tool_source: str = Field(min_length=1, max_length=64)
-    task_id: str | None = Field(None, max_length=64, description="a tau2 task id (tau2 sources)")
+    task_id: str | None = Field(None, max_length=256, description="a tau2 task id (tau2 sources; telecom's run "
+                                "to 215 characters)")
     message: str | None = Field(None, max_length=20000, description="the user's opening message")
     user: UserKind = Field("client", description="client: the client posts user messages; simulated: the "
                            "scripted tau2 customer (sim engines); tau2: tau2's own LLM user simulator")

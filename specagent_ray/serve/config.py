@@ -122,7 +122,7 @@ class Tau2Source(Strict):
     """tau2-bench's own environments, one private DB per session, hosted by the tool host."""
 
     kind: Literal["tau2"] = "tau2"
-    domain: Literal["airline", "retail"]
+    domain: Literal["airline", "retail", "telecom"]
 
 
 class McpSource(Strict):

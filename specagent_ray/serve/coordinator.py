@@ -28,7 +28,7 @@ from ..models.backend import BackendError
 from ..protocol.baselines import METHODS
 from ..protocol.interfaces import EngineUnavailable
 from ..protocol.runtime import Parts, SpecConfig
-from ..protocol.types import History, Task, ToolCall
+from ..protocol.types import History, Task, ToolCall, UserToolCall
 from ..storage.base import Store, StoreError
 from .api import CreateSession, ToolResult, UserMessage
 from .config import AppConfig, ClientSource
@@ -265,11 +265,11 @@ class Coordinator:
 
     async def trajectory(self, sid: str, grade: bool = False, owner: str = LOCAL) -> dict[str, Any]:
         s = self._get(sid, owner)
-        if grade and s.reward is None and s.status == "done" and s.domain:
-            s.reward = await asyncio.to_thread(self.sources.grade, s)
+        ungraded = await self.sources.graded(s) if grade and s.reward is None and s.status == "done" and s.domain else None
         from ..bench.tau2 import Hardware
 
-        return {**summary(s), "method": s.request.method or self.cfg.defaults.method,
+        return {**summary(s), **({"grade_error": ungraded} if ungraded else {}),
+                "method": s.request.method or self.cfg.defaults.method,
                 "task_id": s.task.id, "opening": s.task.instruction, "reward": s.reward,
                 "steps": [step_dict(x) for x in s.steps], "usage": usage_by_role(s.ledger),
                 "resources": resource_report(s.ledger, Hardware())}
@@ -348,11 +348,21 @@ class Coordinator:
             async def run(call: ToolCall, key: str | None):
                 epoch = self.log.epoch if key is not None else None  # writes carry the lease epoch
                 try:
-                    return await self.tool_host.execute(s.request.tool_source, s.id, call, key, epoch)
+                    return await self.tool_host.execute(s.request.tool_source, s.id, call, key, epoch, s.request.task_id)
                 except Exception as exc:  # noqa: BLE001 - the tool host's own error, without Ray's traceback
                     raise unwrap(exc) from None
         tools = SessionTools(s, catalog, run, self.log.durable)
-        return Parts(weak, strong, verifier, tools, user_for(s, self.cfg.engines, self.env), s.ledger, clock=self.clock, journal=s)
+        user = user_for(s, self.cfg.engines, self.env, self._user_side(s))
+        return Parts(weak, strong, verifier, tools, user, s.ledger, clock=self.clock, journal=s)
+
+    def _user_side(self, s: Session):
+        """The scripted user's own tools (dual-control domains) run on the tool host under
+        ``Session.user_call_key``, so that no user call runs twice (also after a restart)."""
+        async def run(call: ToolCall) -> UserToolCall:
+            obs = await self.tool_host.execute(s.request.tool_source, s.id, call, s.user_call_key(call),
+                                               self.log.epoch, s.request.task_id, "user")
+            return UserToolCall(call, obs.content, obs.error)
+        return run
 
     async def _run(self, s: Session, catalog: Catalog) -> None:
         try:

@@ -8,6 +8,7 @@ once the log holds it, so a client never sees a commit that a restarted coordina
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableSequence, Sequence
 from contextlib import contextmanager
@@ -194,6 +195,14 @@ class Session:
         self.record(self.intents[key])
         return key
 
+    def user_call_key(self, call: ToolCall) -> str:
+        """The idempotency key of a call the (scripted) user runs on their own side: the call and how often
+        the committed history already holds it. Steps that come and go uncommitted (a crash before the
+        user's reply was stored, a re-drafted block) do not change it, so the same request asked again
+        gets the key whose first result the tool host keeps; the next real occurrence gets a new one."""
+        before = sum(u.call.key() == call.key() for st in self.steps if st.observation for u in st.observation.user_calls)
+        return f"{self.id}:u{before}-{hashlib.sha256(call.key().encode()).hexdigest()[:12]}"
+
     def result(self, key: str, observation: Observation) -> None:
         self.results[key] = observation
         self.record(Result(key=key, observation=observation_dict(observation)))
@@ -363,15 +372,17 @@ class TimedUser:
         return obs
 
 
-def user_for(s: Session, engines: Any, env: Mapping[str, str]) -> Any:
-    """Who answers as the session's user: the client, the scripted tau2 customer (sim engines), or tau2's
-    LLM user simulator on the profile's user (or verifier) endpoint."""
+def user_for(s: Session, engines: Any, env: Mapping[str, str], run_user: Any = None) -> Any:
+    """Who answers as the session's user: the client, the scripted tau2 customer (sim engines; in a
+    dual-control domain it runs its own tools with ``run_user``), or tau2's LLM user simulator on the
+    profile's user (or verifier) endpoint."""
     if s.request.user == "client":
         return ClientUser(s)
     if s.request.user == "simulated":
-        from ..bench.simulation import GoldUser
+        from ..bench.simulation import GoldUser, user_requests
+        from ..tools.tau2 import Tau2Domain
 
-        return TimedUser(s, GoldUser())
+        return TimedUser(s, GoldUser(user_requests(Tau2Domain.load(s.domain), s.task.id), run_user))
     from ..bench.live import Endpoint, Tau2User
 
     who = engines.user or engines.verifier

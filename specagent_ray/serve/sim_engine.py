@@ -50,10 +50,11 @@ class SimEngine:
     def _models(self, r: SimRequest) -> tuple:
         models = self._sessions.get(r.session_id)
         if models is None:
-            from ..bench.simulation import simulated_models
+            from ..bench.simulation import SimSettings, simulated_models
             from ..tools.tau2 import Tau2Domain
 
-            models = simulated_models(Tau2Domain.load(r.domain), r.task_id, r.trial, self.settings)
+            settings = SimSettings.for_domain(r.domain, self.settings.seed)  # the domain's calibration
+            models = simulated_models(Tau2Domain.load(r.domain), r.task_id, r.trial, settings)
             self._sessions[r.session_id] = models
             while len(self._sessions) > MAX_SESSIONS:
                 self._sessions.popitem(last=False)

@@ -60,6 +60,15 @@ class ToolSources:
                 req = CreateSession(tool_source=name, task_id="warm-up", user="client", message="-")
                 await self.catalog(req, source)
 
+    async def graded(self, s: Session) -> str | None:
+        """Set a finished tau2 session's reward; the reason, if tau2's evaluator cannot replay its record."""
+        try:
+            s.reward = await asyncio.to_thread(self.grade, s)
+        except ValueError as exc:  # tau2 replays the record and refuses one its world disagrees with
+            log.warning("session %s could not be graded: %s", s.id, exc)
+            return "tau2's evaluator could not replay this session's record (see the server log)"
+        return None
+
     @staticmethod
     def grade(s: Session) -> float:
         """tau2's reward for a finished tau2 session (blocking: run it in a thread)."""

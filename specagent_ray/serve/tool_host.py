@@ -59,9 +59,11 @@ class ToolHost:
         return {t.name: {"parameters": t.parameters, "effect": t.effect.value} for t in box.catalog.values()}
 
     async def execute(self, source: str, session_id: str, call: ToolCall, key: str | None = None,
-                      epoch: int | None = None) -> Observation:
+                      epoch: int | None = None, task_id: str | None = None, side: str = "agent") -> Observation:
+        """Run one call. ``task_id`` names the tau2 task whose initial state a new environment starts in;
+        ``side="user"`` runs one of the user's own tools (dual-control domains), never the agent's."""
         if key is None:
-            return await self._run(source, session_id, call)
+            return await self._run(source, session_id, call, None, task_id, side)
         self._check_epoch(key, epoch)
         digest = call_digest(call)
         first = self._done.get(key)
@@ -83,7 +85,7 @@ class ToolHost:
         self._started.add(key)
         self.write_executions[key] += 1
         try:
-            result = await self._run(source, session_id, call, key)
+            result = await self._run(source, session_id, call, key, task_id, side)
         except BaseException as exc:
             # The outcome is unknown (it may have had an effect): the key stays spent, and asking
             # again reports the failure instead of running the write a second time.
@@ -109,21 +111,30 @@ class ToolHost:
             return None
         return await asyncio.to_thread(self.records.claim, key, digest)
 
-    async def _run(self, source: str, session_id: str, call: ToolCall, key: str | None = None) -> Observation:
+    async def _run(self, source: str, session_id: str, call: ToolCall, key: str | None = None,
+                   task_id: str | None = None, side: str = "agent") -> Observation:
         spec = self._source(source)
         if isinstance(spec, Tau2Source):
-            return await self._tau2(source, spec, session_id).execute(call)
+            tools = self._tau2(source, spec, session_id, task_id)
+            if side == "user":
+                done = tools.execute_user(call)
+                return Observation(done.content, error=done.error)
+            return await tools.execute(call)
+        if side == "user":
+            raise UnknownSource(f"tool source {source!r} has no user-side tools")
         if isinstance(spec, McpSource):
             box = await self._toolbox(source, spec)
             return await box.call(call, key)  # the key travels in the request's _meta
         raise UnknownSource(f"tool source {source!r} runs on the client, not on the tool host")
 
-    def _tau2(self, name: str, spec: Tau2Source, session_id: str) -> Any:
+    def _tau2(self, name: str, spec: Tau2Source, session_id: str, task_id: str | None) -> Any:
         from ..tools.tau2 import Tau2Domain, Tau2Tools
 
         env = self._envs.get((name, session_id))
         if env is None:
-            env = self._envs[(name, session_id)] = Tau2Tools(Tau2Domain.load(spec.domain))
+            domain = Tau2Domain.load(spec.domain)
+            task = domain.tasks.get(task_id) if task_id is not None else None  # its initial state
+            env = self._envs[(name, session_id)] = Tau2Tools(domain, task=task)
         return env
 
     async def _toolbox(self, name: str, spec: McpSource) -> Any:
@@ -146,10 +157,12 @@ class ToolHost:
             if isinstance(spec, Tau2Source):
                 Tau2Domain.load(spec.domain).new_environment()
 
-    async def execute_many(self, reads: Sequence[tuple[str, str, ToolCall]]) -> list[Observation | BaseException]:
-        """Unkeyed calls (reads) of many sessions at once, ``(source, session_id, call)`` each: one
-        answer per call, in order, an exception in place of an observation failing only its own call."""
-        return await asyncio.gather(*(self._run(*read) for read in reads), return_exceptions=True)
+    async def execute_many(self, reads: Sequence[tuple[str, str, ToolCall, str | None]]
+                           ) -> list[Observation | BaseException]:
+        """Unkeyed calls (reads) of many sessions at once, ``(source, session_id, call, task_id)`` each:
+        one answer per call, in order, an exception in place of an observation failing only its own call."""
+        return await asyncio.gather(*(self._run(source, sid, call, None, task_id) for source, sid, call, task_id in reads),
+                                    return_exceptions=True)
 
     def close_sessions(self, session_ids: Sequence[str]) -> list[None]:
         for sid in session_ids:
@@ -190,10 +203,10 @@ class ShardedToolHost:
         return self.shards[self._lane(session_id)]
 
     async def execute(self, source: str, session_id: str, call: ToolCall, key: str | None = None,
-                      epoch: int | None = None) -> Observation:
-        if key is None:
-            return await self._reads[self._lane(session_id)]((source, session_id, call))
-        return await self.shard(session_id).execute(source, session_id, call, key, epoch)
+                      epoch: int | None = None, task_id: str | None = None, side: str = "agent") -> Observation:
+        if key is None and side == "agent":
+            return await self._reads[self._lane(session_id)]((source, session_id, call, task_id))
+        return await self.shard(session_id).execute(source, session_id, call, key, epoch, task_id, side)
 
     async def describe(self, source: str) -> dict[str, dict[str, Any]]:
         return await self.shards[0].describe(source)

@@ -140,11 +140,11 @@ class FaultyToolHost(_Faulty):
         return getattr(self.inner, name)
 
     async def execute(self, source: str, session_id: str, call: Any, key: str | None = None,
-                      epoch: int | None = None) -> Any:
+                      epoch: int | None = None, *where: Any) -> Any:
         fault = self.injector.next(f"execute {call.name} key={key}") if self.counts(call, key) else None
 
         def run() -> Any:
-            return self.inner.execute(source, session_id, call, key, epoch)
+            return self.inner.execute(source, session_id, call, key, epoch, *where)
         if fault == "raise":
             raise ConnectionError(f"injected: tool host unreachable for {call.name}")
         if fault == "unknown":

@@ -160,6 +160,26 @@ async def test_a_coordinator_shard_killed_mid_run_resumes_its_sessions_and_the_o
     assert max((await tool_host_writes()).values()) == 1  # counted on the tool side: no staged write ran twice
 
 
+async def test_telecom_sessions_where_the_user_acts_on_their_phone_finish_and_grade(url):
+    from specagent_ray.tools.tau2 import Tau2Domain
+
+    telecom = Tau2Domain.load("telecom")
+    tasks = [t for t in telecom.base if any(a.requestor == "user" for a in telecom.tasks[t].evaluation_criteria.actions)][:6]
+    async with GatewayClient(url, KEY) as client:
+        created = [await client.create(tool_source="telecom", task_id=t, user="simulated", trial=i) for i, t in enumerate(tasks)]
+        for c in created:
+            assert (await asyncio.wait_for(_last_event(client, c["session_id"]), 120))["t"] == "final"
+        graded = [await client.trajectory(c["session_id"], grade=True) for c in created]
+    assert all(g["status"] == "done" for g in graded)
+    user_calls = [u for g in graded for s in g["steps"] if s["observation"] for u in s["observation"].get("user_calls", [])]
+    assert user_calls and {u["name"] for u in user_calls} <= set(telecom.user_tool_schemas)
+    assert 1.0 in [g["reward"] for g in graded]  # the user's calls reached tau2's grader through Serve
+
+
+async def _last_event(client, sid):
+    return [e async for e in client.events(sid)][-1]
+
+
 async def test_a_wrong_key_never_reaches_the_coordinator(url):
     async with GatewayClient(url, "wrong") as client:
         with pytest.raises(GatewayError) as err:

@@ -421,3 +421,80 @@ async def test_owners_and_idempotency_keys_survive_a_restart(tmp_path):
     with pytest.raises(NotFound, match="no session"):
         await coord.trajectory(sid, owner="key-b")
     assert (await coord.trajectory(sid, owner="key-a"))["session_id"] == sid
+
+
+async def test_telecom_users_run_their_own_tools_once_and_are_graded_with_them(tmp_path):
+    from specagent_ray.tools.tau2 import Tau2Domain
+
+    telecom = Tau2Domain.load("telecom")
+    tasks = [t for t in telecom.base if any(a.requestor == "user" for a in telecom.tasks[t].evaluation_criteria.actions)][:8]
+    cfg = config().model_dump()
+    cfg["tool_sources"] = {"telecom": {"kind": "tau2", "domain": "telecom"}}
+    cluster = Cluster(tmp_path, AppConfig.model_validate(cfg))
+    coord = cluster.coordinator
+    await coord.start()
+    sids = [(await coord.create(CreateSession(tool_source="telecom", task_id=t, user="simulated", trial=i)))["session_id"]
+            for i, t in enumerate(tasks)]
+    await finish(coord, sids)
+    user_keys = {k: n for k, n in cluster.tools.write_executions.items() if k.split(":")[-1].startswith("u")}
+    assert user_keys and max(user_keys.values()) == 1  # no user-side call ran twice
+    rewards = []
+    for sid in sids:
+        out = await coord.trajectory(sid, grade=True)
+        assert out["status"] == "done"
+        graded = [u for s in out["steps"] if s["observation"] for u in s["observation"].get("user_calls", [])]
+        assert len(graded) == sum(k.startswith(sid + ":u") for k in user_keys)  # graded = what ran
+        assert all(s["action"].get("name") not in telecom.user_tool_schemas for s in out["steps"])  # agent never did
+        rewards.append(out["reward"])
+    assert 1.0 in rewards  # the user's calls reach tau2's grader: without them no telecom task here passes
+    from dataclasses import replace as swap
+
+    s = coord.sessions[sids[rewards.index(1.0)]]  # a record the tau2 world disagrees with: no 500, a reason
+    i = next(i for i, st in enumerate(s.steps) if st.observation and st.observation.user_calls)
+    u = s.steps[i].observation.user_calls[0]
+    s.steps[i] = swap(s.steps[i], observation=swap(s.steps[i].observation, user_calls=(swap(u, content="forged"),)))
+    s.reward = None
+    out = await coord.trajectory(s.id, grade=True)
+    assert out["reward"] is None and "could not replay" in out["grade_error"]
+
+
+async def test_telecom_users_never_run_a_call_twice_across_a_coordinator_crash(tmp_path):
+    from specagent_ray.tools.tau2 import Tau2Domain
+
+    telecom = Tau2Domain.load("telecom")
+    tasks = [t for t in telecom.base if sum(a.requestor == "user" for a in telecom.tasks[t].evaluation_criteria.actions) > 1][:8]
+    cfg = config(SLOW).model_dump()
+    cfg["tool_sources"] = {"telecom": {"kind": "tau2", "domain": "telecom"}}
+    cluster = Cluster(tmp_path, AppConfig.model_validate(cfg))
+    coord = cluster.coordinator
+    await coord.start()
+    sids = [(await coord.create(CreateSession(tool_source="telecom", task_id=t, user="simulated", trial=i)))["session_id"]
+            for i, t in enumerate(tasks)]
+    for _ in range(200):  # crash once some user has acted on their phone
+        if any(k.split(":")[-1].startswith("u") for k in cluster.tools.write_executions):
+            break
+        await asyncio.sleep(0.05)
+    coord = await cluster.crash_and_restart()
+    await finish(coord, sids)
+    assert all(coord.sessions[s].status == "done" for s in sids)
+    user_keys = {k: n for k, n in cluster.tools.write_executions.items() if k.split(":")[-1].startswith("u")}
+    assert user_keys and max(user_keys.values()) == 1
+    from specagent_ray.bench.simulation import user_requests
+
+    for sid, task in zip(sids, tasks):  # nor again under a new key: at most the calls the task asks for
+        assert sum(k.startswith(sid + ":") for k in user_keys) <= len(user_requests(telecom, task))
+
+
+def test_a_users_call_keeps_its_key_until_its_reply_is_committed_and_then_gets_a_new_one(tmp_path):
+    from specagent_ray.protocol.types import Action, Effect, Observation, Step, ToolCall, UserToolCall
+
+    coord = Cluster(tmp_path, config()).coordinator
+    s = coord._session("s1", sim(), None, "local", None)
+    toggle, reboot = ToolCall("toggle_airplane_mode", {}), ToolCall("reboot_device", {})
+    first = s.user_call_key(toggle)
+    s.steps.append(Step(Action.tool("get_data_usage", customer_id="C1"), Observation("ok"), "weak", Effect.READ))
+    assert s.user_call_key(toggle) == first  # an extra committed read (a re-drafted block) changes nothing
+    assert s.user_call_key(reboot) != first
+    reply = Observation("Done.", user_calls=(UserToolCall(toggle, "Airplane mode is OFF"),))
+    s.steps.append(Step(Action.message("Please toggle airplane mode."), reply, "weak", Effect.WRITE))
+    assert s.user_call_key(toggle) not in (first, s.user_call_key(reboot))  # asked again later: a new run

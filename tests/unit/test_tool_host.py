@@ -21,7 +21,7 @@ class CountingHost(ToolHost):
         super().__init__({}, store)
         self.hang = hang
 
-    async def _run(self, source, session_id, call, key=None):
+    async def _run(self, source, session_id, call, key=None, *where):
         CountingHost.ran.append(f"{call.name}{call.arguments}")
         if self.hang:
             await asyncio.sleep(3600)
@@ -92,10 +92,10 @@ class Calls:
 
 async def test_reads_and_closes_of_many_sessions_reach_a_shard_in_few_calls_and_fail_alone(tmp_path):
     class Flaky(CountingHost):
-        async def _run(self, source, session_id, call, key=None):
+        async def _run(self, source, session_id, call, key=None, *where):
             if call.name == "broken":
                 raise RuntimeError("tool blew up")
-            return await super()._run(source, session_id, call, key)
+            return await super()._run(source, session_id, call, key, *where)
 
     shards = [Calls(Flaky(LocalStore(tmp_path))) for _ in range(2)]
     hosts = ShardedToolHost(shards)
