@@ -47,25 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     t.add_argument("--domain", default="airline", choices=["airline", "retail", "telecom"],
                    help="tau2 domain; telecom is dual-control (the user runs tools on their phone)")
-    t.add_argument("--methods", type=_csv, default=("strong", "weak", "specagent", "agentcollab", "specactions"),
-                   help="comma-separated: strong, weak, specagent, agentcollab, specactions, specagent-exact")
-    t.add_argument("--trials", type=int, default=3, help="runs per task (Pass@1 averages over them)")
-    t.add_argument("--tasks", type=_csv, default=None,
-                   help="comma-separated task ids (default: tau2's base split: all of airline and retail, "
-                        "114 of telecom's 2,285)")
-    t.add_argument("--k", type=int, default=6, help="most steps drafted per block (paper: 6 for tau2)")
-    t.add_argument("--max-steps", type=int, default=100, help="committed-step guard per task")
-    t.add_argument("--review-messages", action="store_true",
-                   help="stage agent messages for review before the user sees them (default: sent at once, "
-                        "as in the paper; a message always ends the block)")
-    t.add_argument("--seed", type=int, default=0, help="seed of the simulated error model")
-    t.add_argument("--workers", type=int, default=2, help="worker processes")
-    t.add_argument("--gpu", default="h20", help="GPU profile for estimates (h20, h200)")
-    t.add_argument("--strong-gpus", type=int, default=16, help="GPUs holding the strong model")
-    t.add_argument("--out", type=Path, default=Path("results"), help="folder for the JSON and PNG")
-    t.add_argument("--store", default=None, metavar="URI",
-                   help="also put the JSON and PNG into this store under the same names "
-                        "(a path, file:///abs/path or s3://bucket/prefix?endpoint=URL)")
+    _quality_args(t)
     live = t.add_argument_group("real engines (--backend vllm)")
     live.add_argument("--backend", choices=["sim", "vllm"], default="sim",
                       help="sim: simulated policies; vllm: real models behind OpenAI-compatible endpoints")
@@ -83,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     live.add_argument("--max-tokens", type=int, default=256, help="decode budget per model call")
     live.add_argument("--observation-chars", type=int, default=4000,
                       help="longest tool result or user reply shown in prompts (small models have short contexts)")
+
+    bf = bench.add_parser("bfcl", help="all methods on BFCL v4 multi-turn cases, graded by BFCL's own checker",
+                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    bf.add_argument("--category", default="base", choices=["base", "miss_func", "miss_param", "long_context"],
+                    help="BFCL v4 multi-turn category (200 cases each)")
+    _quality_args(bf)
+    bf.set_defaults(backend="sim")  # simulated policies; real engines are tau2-only for now
 
     th = bench.add_parser("throughput", help="committed steps/s of the protocol loop alone (zero-latency policies)",
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -173,6 +162,35 @@ def _add_results_parser(sub) -> None:
     cmp_.add_argument("--store", default=None, metavar="URI", help=store_help)
 
 
+
+def _bench_name(domain: str, sep: str = " ") -> str:
+    """``tau2 airline`` / ``bfcl base`` (with ``sep="-"``: the output files' stem)."""
+    return sep.join(domain.split("-", 1)) if domain.startswith("bfcl-") else f"tau2{sep}{domain}"
+
+
+def _quality_args(p: argparse.ArgumentParser) -> None:
+    """The arguments that ``bench tau2`` and ``bench bfcl`` share."""
+    p.add_argument("--methods", type=_csv, default=("strong", "weak", "specagent", "agentcollab", "specactions"),
+                   help="comma-separated: strong, weak, specagent, agentcollab, specactions, specagent-exact")
+    p.add_argument("--trials", type=int, default=3, help="runs per task (Pass@1 averages over them)")
+    p.add_argument("--tasks", type=_csv, default=None,
+                   help="comma-separated task ids (default: tau2's base split: all of airline and retail, "
+                        "114 of telecom's 2,285)")
+    p.add_argument("--k", type=int, default=6, help="most steps drafted per block (paper: 6 for tau2)")
+    p.add_argument("--max-steps", type=int, default=100, help="committed-step guard per task")
+    p.add_argument("--review-messages", action="store_true",
+                   help="stage agent messages for review before the user sees them (default: sent at once, "
+                        "as in the paper; a message always ends the block)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulated error model")
+    p.add_argument("--workers", type=int, default=2, help="worker processes")
+    p.add_argument("--gpu", default="h20", help="GPU profile for estimates (h20, h200)")
+    p.add_argument("--strong-gpus", type=int, default=16, help="GPUs holding the strong model")
+    p.add_argument("--out", type=Path, default=Path("results"), help="folder for the JSON and PNG")
+    p.add_argument("--store", default=None, metavar="URI",
+                   help="also put the JSON and PNG into this store under the same names "
+                        "(a path, file:///abs/path or s3://bucket/prefix?endpoint=URL)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(width=max(Console().width, 132))
@@ -200,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
             return report_scale(console, args.shards, args.sessions, args.latency_sessions, args.client_processes,
                                 args.address)
         if args.suite == "tau2":
+            return _bench_tau2(args, console)
+        if args.suite == "bfcl":
+            args.domain = f"bfcl-{args.category}"
             return _bench_tau2(args, console)
         if args.suite == "throughput":
             from .bench.throughput import report_throughput
@@ -242,7 +263,7 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
         raise ValueError(f"--backend vllm does not run {cfg.domain} yet: its user has tools of their own, and the "
                          "live tau2 user simulator is not given them; use --backend sim")
     total = len(task_ids(cfg)) * cfg.trials * len(cfg.methods)
-    stem = f"tau2-{cfg.domain}-{'live' if live else 'seed' + str(args.seed)}"
+    stem = f"{_bench_name(cfg.domain, '-')}-{'live' if live else 'seed' + str(args.seed)}"
     store = _open_store(args.store) if args.store else None
     if store is not None:
         store.list(stem)  # reachable, bucket exists: fail now rather than after the run
@@ -250,7 +271,7 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
                TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         what = "real engines" if live else "simulated policies"
-        bar = progress.add_task(f"tau2 {cfg.domain} ({what})", total=total)
+        bar = progress.add_task(f"{_bench_name(cfg.domain)} ({what})", total=total)
         advance = lambda n: progress.advance(bar, n)  # noqa: E731
         results = _run_live(args, cfg, advance) if live else run_bench(cfg, advance)
     summary = summarize(results, seed=args.seed)
@@ -265,7 +286,7 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
             "review_messages": args.review_messages, "seed": args.seed, "backend": args.backend,
             "hardware": vars(cfg.hardware), "command": " ".join(sys.argv)}
     write_json(args.out / f"{stem}.json", results, summary, theory, meta, LIVE_LABELS if live else SIMULATED_LABELS)
-    plot(args.out / f"{stem}.png", summary, f"tau2 {cfg.domain}, {cfg.trials} trial(s), {what}")
+    plot(args.out / f"{stem}.png", summary, f"{_bench_name(cfg.domain)}, {cfg.trials} trial(s), {what}")
     console.print(f"wrote {args.out / (stem + '.json')} and {args.out / (stem + '.png')}")
     if store is not None:
         for suffix in (".json", ".png"):
@@ -424,8 +445,9 @@ def _summary_tables(summary, cfg, live: bool = False) -> list[Table]:
         return _fmt(x / y, ".2f") if y else "n/a"
 
     tasks = summary[0].trajectories // cfg.trials
-    quality = Table(title=f"tau2 {cfg.domain}: quality, {tasks} tasks x {cfg.trials} trial(s), K={cfg.spec.k} "
-                          f"({'real engines' if live else 'simulated policies'}; Pass@1 measured by tau2's evaluator)")
+    quality = Table(title=f"{_bench_name(cfg.domain)}: quality, {tasks} tasks x {cfg.trials} trial(s), K={cfg.spec.k} "
+                          f"({'real engines' if live else 'simulated policies'}; Pass@1 measured by "
+                          f"{'BFCL' if cfg.domain.startswith('bfcl-') else 'tau2'}'s evaluator)")
     for col in ("method", "Pass@1 %", "Δ vs strong, pts (95% CI)", "gap recovered", "strong calls/task",
                 "committed steps/task"):
         quality.add_column(col, justify="left" if col == "method" else "right")
@@ -434,7 +456,7 @@ def _summary_tables(summary, cfg, live: bool = False) -> list[Table]:
                         f"{_fmt(s.diff_vs_strong, '+.1f')} [{_fmt(s.ci_low, '+.1f')}, {_fmt(s.ci_high, '+.1f')}]",
                         _fmt(s.gap_recovered, ".2f"), _fmt(s.strong_calls), _fmt(s.committed_steps))
     tokens = "tokens measured from engine usage" if live else "tokens simulated"
-    cost = Table(title=f"tau2 {cfg.domain}: cost per task ({tokens}; HBM/FLOPs/latency estimated, strong on "
+    cost = Table(title=f"{_bench_name(cfg.domain)}: cost per task ({tokens}; HBM/FLOPs/latency estimated, strong on "
                        f"{cfg.hardware.strong_gpus}x{cfg.hardware.gpu}; wall measured)")
     for col in ("method", "strong decode tok", "strong prefill tok", "weak tok", "strong HBM TB (range)",
                 "HBM / strong", "FLOPs / strong", "GPU latency / strong", "wall ms"):

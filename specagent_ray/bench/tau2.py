@@ -1,4 +1,6 @@
-"""``specagent-ray bench tau2``: every method on the same tau2 tasks, graded by tau2's own evaluator.
+"""``specagent-ray bench tau2`` (and ``bench bfcl``): every method on the same tasks, graded by the
+benchmark's own evaluator: tau2's for a tau2 domain, BFCL's multi-turn checker for a BFCL category
+(the domain ``bfcl-<category>``, see bench/bfcl.py).
 
 Runs are spread over worker processes (one per core by default); each worker loads the domain once
 and runs all methods of one (task, trial) pair, so identical trajectories are graded once.
@@ -14,7 +16,8 @@ from typing import Callable, Iterable
 
 from ..costs.specs import load_gpu, load_model
 from ..protocol.baselines import METHODS
-from ..protocol.runtime import SpecConfig
+from ..protocol.runtime import Parts, SpecConfig
+from ..protocol.types import Task, Trajectory
 from ..telemetry.resources import RoleDeployment, report_from_ledger
 from ..tools.tau2 import Grader, Tau2Domain
 from .results import TrialResult, block_stats, repair_cache, role_usage
@@ -62,10 +65,21 @@ class BenchConfig:
 _GRADERS: dict[str, Grader] = {}
 
 
-async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> TrialResult:
+def _world(cfg: BenchConfig, task_id: str, trial: int) -> tuple[Task, Parts, Callable[[Trajectory], float]]:
+    """A task, fresh simulated parts and its grader: a tau2 domain, or a BFCL category (``bfcl-base``)."""
+    if cfg.domain.startswith("bfcl-"):
+        from .bfcl import bfcl_parts, grade
+
+        task, parts = bfcl_parts(cfg.domain, task_id, trial, cfg.sim)
+        return task, parts, lambda t: grade(cfg.domain, task_id, t)
     domain = Tau2Domain.load(cfg.domain)
     grader = _GRADERS.setdefault(cfg.domain, Grader(domain))
     task, parts = simulated_parts(domain, task_id, trial, cfg.sim)
+    return task, parts, lambda t: grader.reward(task_id, t, task.instruction)
+
+
+async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> TrialResult:
+    task, parts, grade = _world(cfg, task_id, trial)
     start = time.perf_counter()
     trajectory = await METHODS[method](task, parts, cfg.spec)
     wall = time.perf_counter() - start
@@ -75,7 +89,7 @@ async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> 
     deployments = hw.deployments()
     return TrialResult(
         method=method, task_id=task_id, trial=trial,
-        reward=grader.reward(task_id, trajectory, task.instruction),
+        reward=grade(trajectory),
         termination=trajectory.termination.value, committed_steps=len(trajectory.steps), wall_s=wall,
         strong=role_usage(parts.ledger, "strong", load_model(hw.strong_model), gpu, hw.strong_gpus),
         weak=role_usage(parts.ledger, "weak", load_model(hw.weak_model), gpu, hw.weak_gpus, hidden),
@@ -92,10 +106,17 @@ def _run_pair(cfg: BenchConfig, task_id: str, trial: int) -> list[TrialResult]:
 
 
 def task_ids(cfg: BenchConfig) -> list[str]:
-    domain = Tau2Domain.load(cfg.domain)
+    if cfg.domain.startswith("bfcl-"):
+        from ..tools.bfcl import load_cases
+
+        known: Iterable[str] = load_cases(cfg.domain.removeprefix("bfcl-"))
+        base: list[str] = list(known)
+    else:
+        domain = Tau2Domain.load(cfg.domain)
+        known, base = domain.tasks, list(domain.base)  # tau2's benchmark set: all airline and retail, telecom's 114
     if cfg.task_ids is None:
-        return list(domain.base)  # tau2's benchmark set: every airline and retail task, telecom's 114
-    missing = [t for t in cfg.task_ids if t not in domain.tasks]
+        return base
+    missing = [t for t in cfg.task_ids if t not in known]
     if missing:
         raise ValueError(f"{cfg.domain} has no task(s) {', '.join(missing)}")
     return list(cfg.task_ids)

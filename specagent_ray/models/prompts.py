@@ -251,7 +251,9 @@ def verify_instruction(block: Sequence[Step]) -> str:
         f"You are now the reviewer. The last {n} action(s) above are a draft by a junior agent:\n"
         + "\n".join(lines) + "\n"
         "Check the steps in order. A step is acceptable if it is reasonable progress on the task under "
-        "the policy; it need not be the action you would have chosen. accepted_prefix is the number of "
+        "the policy; it need not be the action you would have chosen. Asking the user for something the "
+        "task needs but does not give (a missing parameter, a function that is not available) is "
+        "reasonable progress; guessing it is not. accepted_prefix is the number of "
         f"leading acceptable steps (0..{n}). If it is below {n}, say in reason why the next step is not "
         "acceptable, and give in repair the action that should replace it (or null). Answer with one JSON "
         'object only: {"accepted_prefix": <integer>, "reason": "<text>", "repair": <action or null>}.'

@@ -1,0 +1,80 @@
+"""Simulated parts for a BFCL v4 multi-turn case (SIMULATED policies, BFCL's real backends and checker).
+
+The gold script of a case is its ground-truth calls turn by turn, each turn closed by a message to the
+user (BFCL has no confirmation policy, so no confirmation is asked before a write); the scripted user
+answers each such message with the next turn, and stops after the last. ``miss_func`` and
+``miss_param`` cases have turns whose gold is empty (the function is held out, or a parameter is
+missing): the gold step there is a message asking the user, which the semantic verifier accepts as the
+turn's progress. Policies replay the script through the seeded error model, as for tau2.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from ..costs.ledger import Ledger
+from ..models.simulated import GoldScript, SimulatedPolicy, SimulatedVerifier
+from ..models.tokens import PrefixCache
+from ..protocol.runtime import Parts
+from ..protocol.types import Action, ActionKind, Effect, Observation, Task, Trajectory
+from ..tools.bfcl import BfclCase, BfclTools, effect, load_cases, parse_call, reward
+from .simulation import SimSettings
+
+# BFCL's own words when held-out functions come back (its runner sends them on the reveal turn).
+REVEAL = "I have updated some more functions you can choose from. What about now?"
+ASK = "I need more information to do that: which one do you mean, and with what details?"
+
+
+def category_of(domain: str) -> str:
+    """``bfcl-base`` -> ``base`` (the bench's domain names for BFCL categories)."""
+    return domain.removeprefix("bfcl-")
+
+
+def gold_script(case: BfclCase, tools: BfclTools) -> GoldScript:
+    items: list[Action] = []
+    for i, turn in enumerate(case.ground_truth):
+        items += [Action(ActionKind.TOOL, parse_call(c)) for c in turn]
+        items.append(Action.message(ASK if not turn else f"Done with request {i + 1}."))
+    items.append(Action.stop())
+    effects = tuple(effect(a.call.name) if a.kind is ActionKind.TOOL else Effect.WRITE  # type: ignore[union-attr]
+                    for a in items)
+    reads = tuple(a for a, e in zip(items, effects, strict=True) if e is Effect.READ and a.kind is ActionKind.TOOL)
+    spare = reads or tuple(Action(ActionKind.TOOL, c) for c in tools.spare_reads())
+    return GoldScript(tuple(items), effects, spare)
+
+
+class BfclUser:
+    """The case's user (SIMULATED): each agent message gets the next turn; after the last, a stop."""
+
+    def __init__(self, case: BfclCase):
+        self.turns = list(case.turns[1:])
+        self.heard: list[str] = []
+
+    async def reply(self, text: str) -> Observation:
+        self.heard.append(text)
+        if not self.turns:
+            return Observation("###STOP###", user_stop=True)
+        return Observation(self.turns.pop(0) or REVEAL)
+
+
+def bfcl_parts(domain: str, case_id: str, trial: int, settings: SimSettings) -> tuple[Task, Parts]:
+    """A case and fresh parts for one run: BFCL's backends, simulated models, the scripted user."""
+    case = load_cases(category_of(domain))[case_id]
+    tools = BfclTools(case)
+    script = gold_script(case, tools)
+    seed = (settings.seed, domain, case_id, trial)
+    weak_cache, strong_cache = PrefixCache(), PrefixCache()
+    valid = lambda a: tools.validate(a.call) is None  # noqa: E731
+    system_chars = len(json.dumps(tools.schemas))
+    tm = replace(settings.tokens, system_tokens=int(system_chars / settings.tokens.chars_per_token))
+    weak = SimulatedPolicy("weak", script, settings.weak, tm, weak_cache, seed, valid)
+    strong = SimulatedPolicy("strong", script, settings.strong, tm, strong_cache, seed, valid)
+    verifier = SimulatedVerifier(script, settings.verifier, strong, tm, strong_cache, seed)
+    task = Task(case.id, case.turns[0], case)
+    return task, Parts(weak, strong, verifier, tools, BfclUser(case), Ledger())
+
+
+def grade(domain: str, case_id: str, trajectory: Trajectory, _: Any = None) -> float:
+    return reward(load_cases(category_of(domain))[case_id], trajectory)
