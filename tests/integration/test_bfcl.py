@@ -73,6 +73,9 @@ def test_only_the_cases_own_functions_run():
     assert "unknown tool" in tools.validate(stray)
     assert asyncio.run(tools.execute(stray)).error
     assert "Additional properties" in tools.validate(ToolCall("ls", {"a": True, "rm_rf": "/"}))
+    for bad in (ToolCall("mkdir", {}), ToolCall("mkdir", {"dir_name": "x", "mode": 7}), ToolCall("cd", {"folder": 7})):
+        obs = asyncio.run(tools.execute(bad))  # even unvalidated: an error observation, no crash
+        assert obs.error and obs.content.startswith("Error"), (bad, obs)
 
 
 def test_zero_error_strong_only_scores_every_base_case_through_the_protocol():

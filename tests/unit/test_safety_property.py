@@ -3,7 +3,9 @@
 Hypothesis drives the real loop with random scripts: weak and strong outputs mixing valid reads and
 writes, schema-breaking calls, unknown tools, messages, stops and malformed output, and random
 verdicts including out-of-range prefixes, booleans, strings and malformed output. A referee tool
-adapter checks provenance, by object identity, at the moment a write would run.
+adapter checks provenance, by object identity, at the moment a write would run. It runs on a synthetic
+tool table and on the real tables of tau2 telecom (where the user's own tools are unknown to the agent)
+and of a BFCL case (its reviewed READ/WRITE table and its function docs).
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ from specagent_ray.tools.scripted import object_schema
 SCHEMAS = {"read": object_schema(id="string"), "write": object_schema(id="string", amount="integer")}
 EFFECTS = {"read": Effect.READ, "write": Effect.WRITE}
 
+COMMON = {
+    "message": lambda: Action.message("hello"),
+    "empty_message": lambda: Action.message(""),
+    "stop": Action.stop,
+    "malformed": lambda: MalformedOutput("bad json"),
+}
 # Each kind builds a fresh object, so identity tells who authored an action.
 KINDS = {
     "read": lambda: Action.tool("read", id="a"),
@@ -32,24 +40,53 @@ KINDS = {
     "bad_args": lambda: Action.tool("write", id="a", amount="one"),
     "missing_arg": lambda: Action.tool("write", id="a"),
     "unknown": lambda: Action.tool("drop_table", name="users"),
-    "message": lambda: Action.message("hello"),
-    "empty_message": lambda: Action.message(""),
-    "stop": Action.stop,
-    "malformed": lambda: MalformedOutput("bad json"),
+    **COMMON,
 }
+TELECOM = {
+    "read": lambda: Action.tool("get_customer_by_id", customer_id="C1001"),
+    "write": lambda: Action.tool("refuel_data", customer_id="C1001", line_id="L1001", gb_amount=2.0),
+    "bad_args": lambda: Action.tool("refuel_data", customer_id="C1001", line_id="L1001", gb_amount="two"),
+    "missing_arg": lambda: Action.tool("refuel_data", customer_id="C1001"),
+    "unknown": lambda: Action.tool("toggle_airplane_mode"),  # the user's tool: never the agent's
+    **COMMON,
+}
+BFCL = {
+    "read": lambda: Action.tool("ls", a=True),
+    "write": lambda: Action.tool("mkdir", dir_name="temp"),
+    "bad_args": lambda: Action.tool("mkdir", dir_name="temp", mode=7),
+    "missing_arg": lambda: Action.tool("mkdir"),
+    "unknown": lambda: Action.tool("place_order", order_type="Buy", symbol="AAPL", price=1.0, amount=1),
+    **COMMON,
+}
+
+
+def world(name: str):
+    """(action kinds, validator, classify) of a tool table."""
+    if name == "telecom":
+        from specagent_ray.tools.tau2 import Tau2Domain
+
+        d = Tau2Domain.load("telecom")
+        return TELECOM, SchemaValidator(d.tool_schemas), lambda call: d.effect(call.name)
+    if name == "bfcl":
+        from specagent_ray.tools.bfcl import effect, load_cases
+
+        case = load_cases("base")["multi_turn_base_0"]  # TwitterAPI and GorillaFileSystem
+        return BFCL, SchemaValidator(case.tools(typed=False)), lambda call: effect(call.name)
+    return KINDS, SchemaValidator(SCHEMAS), lambda call: EFFECTS.get(call.name, Effect.WRITE)
 
 
 class Referee:
     """Tool adapter that fails the example if a write runs without provenance."""
 
-    def __init__(self) -> None:
-        self.validator = SchemaValidator(SCHEMAS)
+    def __init__(self, validator: SchemaValidator | None = None, classify=None) -> None:
+        self.validator = validator or SchemaValidator(SCHEMAS)
+        self._classify = classify or (lambda call: EFFECTS.get(call.name, Effect.WRITE))
         self.strong: set[int] = set()
         self.approved: set[int] = set()
         self.writes = 0
 
     def classify(self, call: ToolCall) -> Effect:
-        return EFFECTS.get(call.name, Effect.WRITE)
+        return self._classify(call)
 
     def validate(self, call: ToolCall) -> str | None:
         return self.validator.check(call)
@@ -121,10 +158,30 @@ def test_no_weak_write_reaches_a_tool_quick(**scenario):
     check(**scenario)
 
 
-def check(weak, strong, verdicts, k, max_steps, review_messages):
-    referee = Referee()
+@pytest.mark.parametrize("table", ["telecom", "bfcl"])
+def test_no_weak_write_reaches_a_real_tool_table_quick(table):
+    @scenarios(300)
+    def run(**scenario):
+        check(**scenario, table=table)
+    run()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("table", ["telecom", "bfcl"])
+def test_no_weak_write_reaches_a_real_tool_table(table):
+    @scenarios(3_000)
+    def run(**scenario):
+        check(**scenario, table=table)
+    run()
+
+
+def check(weak, strong, verdicts, k, max_steps, review_messages, table="synthetic"):
+    kinds, validator, classify = world(table)
+    referee = Referee(validator, classify)
     verdicts = [MalformedOutput("unparseable") if v == "malformed" else v for v in verdicts]
-    parts = Parts(ScriptedPolicy([KINDS[w]() for w in weak]), WatchedStrong([KINDS[s]() for s in strong], referee),
+    verdicts = [Verdict(v.accepted_prefix, v.reason, _in(kinds, v.repair)) if isinstance(v, Verdict) else v
+                for v in verdicts]
+    parts = Parts(ScriptedPolicy([kinds[w]() for w in weak]), WatchedStrong([kinds[s]() for s in strong], referee),
                   WatchedVerifier(verdicts, referee), referee, ScriptedUser(), Ledger())
     traj = asyncio.run(run_specagent(Task("t", "x"), parts, SpecConfig(k=k, max_steps=max_steps,
                                                                       review_messages=review_messages)))
@@ -132,3 +189,16 @@ def check(weak, strong, verdicts, k, max_steps, review_messages):
     for step in traj.steps:  # and every committed weak write was reviewed and accepted
         if step.author == "weak" and step.effect is Effect.WRITE and step.action.call is not None:
             assert id(step.action.call) in referee.approved
+    if table != "synthetic":  # the real table's kinds classify as intended
+        assert classify(kinds["read"]().call) is Effect.READ and classify(kinds["write"]().call) is Effect.WRITE
+        assert all(validator.check(kinds[k]().call) for k in ("bad_args", "missing_arg", "unknown"))
+
+
+def _in(kinds, repair):
+    """A verdict's repair, rebuilt in the table's own kinds (strategies draw the synthetic ones)."""
+    if not isinstance(repair, Action):
+        return repair
+    for name, make in KINDS.items():
+        if name in kinds and isinstance(make(), Action) and make().key() == repair.key():
+            return kinds[name]()
+    return repair
