@@ -122,7 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(simulated engines), edge-cloud, gpu-tp16 (deploy those with `serve deploy`/KubeRay), "
                         "or a path to a Serve config YAML")
     sv.add_argument("profile", nargs="?", default="local-cpu")
-    sv.add_argument("--tasks", type=_csv, default=("0", "1"), help="tau2 airline task ids")
+    sv.add_argument("--tool-source", default="airline",
+                    help="the profile's tool source the sessions use (sim: airline, retail, telecom, files)")
+    sv.add_argument("--tasks", type=_csv, default=None,
+                    help="task ids of that source (default: the first --task-count of its benchmark set)")
+    sv.add_argument("--task-count", type=int, default=2, help="tasks run when --tasks is not given")
     sv.add_argument("--methods", type=_csv, default=("specagent", "strong"), help="methods to compare")
     sv.add_argument("--port", type=int, default=None, help="HTTP port (default: a free one)")
     sv.add_argument("--max-steps", type=int, default=None, help="committed-step guard (default: the profile's)")
@@ -204,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             from .serve.main_job import serve_profile
 
-            return serve_profile(console, args.profile, args.tasks, args.methods, args.port, args.max_steps)
+            return serve_profile(console, args.profile, args.tasks, args.methods, args.port, args.max_steps,
+                                 args.tool_source, args.task_count)
         if args.suite == "batching":
             from .bench.batching import report_batching
 

@@ -46,10 +46,11 @@ def gold_script(case: BfclCase, tools: BfclTools) -> GoldScript:
 
 
 class BfclUser:
-    """The case's user (SIMULATED): each agent message gets the next turn; after the last, a stop."""
+    """The case's user (SIMULATED): each agent message gets the next turn; after the last, a stop.
+    ``answered``: turns already given in a committed history (a session resumed after a restart)."""
 
-    def __init__(self, case: BfclCase):
-        self.turns = list(case.turns[1:])
+    def __init__(self, case: BfclCase, answered: int = 0):
+        self.turns = list(case.turns[1 + answered:])
         self.heard: list[str] = []
 
     async def reply(self, text: str) -> Observation:
@@ -63,6 +64,15 @@ def bfcl_parts(domain: str, case_id: str, trial: int, settings: SimSettings) -> 
     """A case and fresh parts for one run: BFCL's backends, simulated models, the scripted user."""
     case = load_cases(category_of(domain))[case_id]
     tools = BfclTools(case)
+    weak, strong, verifier = bfcl_models(domain, case_id, trial, settings, tools)
+    return Task(case.id, case.turns[0], case), Parts(weak, strong, verifier, tools, BfclUser(case), Ledger())
+
+
+def bfcl_models(domain: str, case_id: str, trial: int, settings: SimSettings, tools: BfclTools | None = None
+                ) -> tuple[SimulatedPolicy, SimulatedPolicy, SimulatedVerifier]:
+    """The weak policy, strong policy and verifier of one run (SIMULATED), as the sim engines need them."""
+    case = load_cases(category_of(domain))[case_id]
+    tools = tools or BfclTools(case)
     script = gold_script(case, tools)
     seed = (settings.seed, domain, case_id, trial)
     weak_cache, strong_cache = PrefixCache(), PrefixCache()
@@ -72,8 +82,7 @@ def bfcl_parts(domain: str, case_id: str, trial: int, settings: SimSettings) -> 
     weak = SimulatedPolicy("weak", script, settings.weak, tm, weak_cache, seed, valid)
     strong = SimulatedPolicy("strong", script, settings.strong, tm, strong_cache, seed, valid)
     verifier = SimulatedVerifier(script, settings.verifier, strong, tm, strong_cache, seed)
-    task = Task(case.id, case.turns[0], case)
-    return task, Parts(weak, strong, verifier, tools, BfclUser(case), Ledger())
+    return weak, strong, verifier
 
 
 def grade(domain: str, case_id: str, trajectory: Trajectory, _: Any = None) -> float:

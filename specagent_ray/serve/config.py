@@ -125,6 +125,14 @@ class Tau2Source(Strict):
     domain: Literal["airline", "retail", "telecom"]
 
 
+class BfclSource(Strict):
+    """BFCL v4 multi-turn cases: each session's own backend instances (file system, trading, travel, ...),
+    hosted by the tool host; a session names its case by ``task_id`` (``multi_turn_base_0``)."""
+
+    kind: Literal["bfcl"] = "bfcl"
+    category: Literal["base", "miss_func", "miss_param", "long_context"] = "base"
+
+
 class McpSource(Strict):
     """An MCP server over stdio (``command``) or streamable HTTP (``url``), configured here only.
 
@@ -155,7 +163,8 @@ class ClientSource(Strict):
     overrides: dict[str, EffectName] = {}
 
 
-ToolSource = Annotated[Tau2Source | McpSource | ClientSource, Field(discriminator="kind")]
+ToolSource = Annotated[Tau2Source | BfclSource | McpSource | ClientSource, Field(discriminator="kind")]
+BENCHMARKS = (Tau2Source, BfclSource)  # sources whose sessions name a benchmark task and can be graded
 
 
 class SessionDefaults(Strict):

@@ -22,15 +22,36 @@ from .workload import (
 KEY = "dev-key"
 
 
-def serve_profile(console: Console, profile: str, tasks: tuple[str, ...], methods: tuple[str, ...],
-                  port: int | None, max_steps: int | None) -> int:
+def default_tasks(profile: str, tool_source: str, count: int) -> tuple[str, ...]:
+    """The first ``count`` tasks of a tool source's benchmark set (tau2's base split, BFCL's cases)."""
+    from .config import AppConfig, BfclSource, Tau2Source
+    from .profiles import load_profile
+
+    app = next(a for a in load_profile(profile).applications if a.import_path.endswith("build_app"))
+    sources = AppConfig.model_validate(app.args).tool_sources
+    source = sources.get(tool_source)
+    if isinstance(source, Tau2Source):
+        from ..tools.tau2 import Tau2Domain
+
+        return Tau2Domain.load(source.domain).base[:count]
+    if isinstance(source, BfclSource):
+        from ..tools.bfcl import load_cases
+
+        return tuple(load_cases(source.category))[:count]
+    raise ValueError(f"profile {profile} has no benchmark tool source {tool_source!r}; "
+                     f"it has: {', '.join(sorted(sources))} (give --tasks for others)")
+
+
+def serve_profile(console: Console, profile: str, tasks: tuple[str, ...] | None, methods: tuple[str, ...],
+                  port: int | None, max_steps: int | None, tool_source: str = "airline", task_count: int = 2) -> int:
     sim = profile == "sim"
+    tasks = tasks or default_tasks(profile, tool_source, task_count)
     if profile in ("local-cpu", "edge-cloud"):
         console.print("building the local tiny models if missing (.specagent/models)...")
         ensure_local_models()
     port = port or free_port()
     user = "simulated" if sim else "tau2"
-    bodies = [{"tool_source": "airline", "task_id": t, "user": user, "method": m,
+    bodies = [{"tool_source": tool_source, "task_id": t, "user": user, "method": m,
                **({"max_steps": max_steps} if max_steps else {})} for t in tasks for m in methods]
     console.print(f"starting profile {profile} on a local Ray cluster at http://127.0.0.1:{port} "
                   "(model engines take 1-2 min to load on the CPU)...")
@@ -38,7 +59,7 @@ def serve_profile(console: Console, profile: str, tasks: tuple[str, ...], method
         console.print(f"serving at {url} (OpenAPI schema: {url}/docs)")
         columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console) as progress:
-            bar = progress.add_task(f"tau2 airline sessions over HTTP ({profile})", total=len(bodies))
+            bar = progress.add_task(f"{tool_source} sessions over HTTP ({profile})", total=len(bodies))
             results = asyncio.run(run_sessions(url, KEY, bodies, concurrency=2 if not sim else 64,
                                                on_done=lambda r: progress.advance(bar)))
     console.print(comparison_table(results, profile))
@@ -67,7 +88,7 @@ def comparison_table(results: list[SessionResult], profile: str) -> Table:
         table.add_row(name, *cells)
 
     row("sessions done", "done", ".0f")
-    row("Pass@1 (tau2 evaluator)", "pass_at_1", ".1f")
+    row("Pass@1 (the benchmark's evaluator)", "pass_at_1", ".1f")
     row("committed steps / session", "steps", ".1f")
     row("strong calls / session", "strong_calls", ".2f", ratio=True)
     row("strong decode tokens / session", "strong_decode", ".0f", ratio=True)

@@ -378,6 +378,11 @@ def user_for(s: Session, engines: Any, env: Mapping[str, str], run_user: Any = N
     profile's user (or verifier) endpoint."""
     if s.request.user == "client":
         return ClientUser(s)
+    if s.request.user == "simulated" and s.domain.startswith("bfcl-"):
+        from ..bench.bfcl import BfclUser
+
+        answered = sum(st.action.kind is ActionKind.MESSAGE and st.observation is not None for st in s.steps)
+        return TimedUser(s, BfclUser(s.task.context, answered))
     if s.request.user == "simulated":
         from ..bench.simulation import GoldUser, user_requests
         from ..tools.tau2 import Tau2Domain

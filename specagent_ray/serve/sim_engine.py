@@ -54,7 +54,12 @@ class SimEngine:
             from ..tools.tau2 import Tau2Domain
 
             settings = SimSettings.for_domain(r.domain, self.settings.seed)  # the domain's calibration
-            models = simulated_models(Tau2Domain.load(r.domain), r.task_id, r.trial, settings)
+            if r.domain.startswith("bfcl-"):
+                from ..bench.bfcl import bfcl_models
+
+                models = bfcl_models(r.domain, r.task_id, r.trial, settings)
+            else:
+                models = simulated_models(Tau2Domain.load(r.domain), r.task_id, r.trial, settings)
             self._sessions[r.session_id] = models
             while len(self._sessions) > MAX_SESSIONS:
                 self._sessions.popitem(last=False)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..protocol.types import Effect, History, Task, Termination, Trajectory
 from .api import CreateSession
-from .config import AppConfig, ClientSource, McpSource, SimEngines, Tau2Source
+from .config import BENCHMARKS, AppConfig, BfclSource, ClientSource, McpSource, SimEngines, Tau2Source
 from .errors import BadRequest, Conflict, Forbidden
 from .session import Catalog, Session
 
@@ -39,15 +39,17 @@ class ToolSources:
         sim = isinstance(self.cfg.engines, SimEngines)
         if req.client_tools and not isinstance(source, ClientSource):
             raise BadRequest(f"client_tools need a client tool source; {req.tool_source!r} is {source.kind}")
-        if not isinstance(source, Tau2Source):
+        if not isinstance(source, BENCHMARKS):
             if sim:
-                raise BadRequest("simulated engines replay tau2 gold actions: pick a tau2 tool source")
+                raise BadRequest("simulated engines replay benchmark gold actions: pick a tau2 tool source or a bfcl one")
             if req.user != "client" or not req.message:
                 raise BadRequest(f"a {source.kind} session needs user 'client' and an opening message")
         if req.user == "simulated" and not sim:
             raise BadRequest("user 'simulated' (the scripted tau2 customer) needs simulated engines; use 'tau2'")
         if req.user == "tau2" and sim:
             raise BadRequest("user 'tau2' (tau2's LLM user simulator) needs model engines; use 'simulated'")
+        if req.user == "tau2" and isinstance(source, BfclSource):
+            raise BadRequest("BFCL cases have no LLM user; use 'simulated' (sim engines) or 'client'")
         if req.user == "client" and not req.message:
             raise BadRequest("a client-user session needs an opening message")
         return source
@@ -59,6 +61,10 @@ class ToolSources:
             if isinstance(source, Tau2Source):
                 req = CreateSession(tool_source=name, task_id="warm-up", user="client", message="-")
                 await self.catalog(req, source)
+            elif isinstance(source, BfclSource):
+                from ..tools.bfcl import load_cases
+
+                await asyncio.to_thread(load_cases, source.category)
 
     async def graded(self, s: Session) -> str | None:
         """Set a finished tau2 session's reward; the reason, if tau2's evaluator cannot replay its record."""
@@ -71,20 +77,34 @@ class ToolSources:
 
     @staticmethod
     def grade(s: Session) -> float:
-        """tau2's reward for a finished tau2 session (blocking: run it in a thread)."""
+        """The benchmark's own reward for a finished session (blocking: run it in a thread)."""
+        trajectory = Trajectory(History(s.task, tuple(s.steps)), Termination(s.termination))
+        if s.domain.startswith("bfcl-"):
+            from ..bench.bfcl import grade
+
+            return grade(s.domain, s.task.id, trajectory)
         from ..tools.tau2 import Grader, Tau2Domain
 
-        grader = Grader(Tau2Domain.load(s.domain))
-        trajectory = Trajectory(History(s.task, tuple(s.steps)), Termination(s.termination))
-        return grader.reward(s.task.id, trajectory, s.task.instruction)
+        return Grader(Tau2Domain.load(s.domain)).reward(s.task.id, trajectory, s.task.instruction)
 
     def domain_of(self, req: CreateSession) -> str:
-        """The tau2 domain a request's source serves ('' for other sources)."""
+        """The benchmark a request's source serves: a tau2 domain, ``bfcl-<category>``, or ''."""
         source = self.cfg.tool_sources[req.tool_source]
+        if isinstance(source, BfclSource):
+            return f"bfcl-{source.category}"
         return source.domain if isinstance(source, Tau2Source) else ""
 
     async def task(self, req: CreateSession, source) -> Task:
-        """The task a request names: a tau2 task (by id) for tau2 sources, else an ad-hoc one."""
+        """The task a request names: a tau2 task or BFCL case (by id) for those sources, else an ad-hoc one."""
+        if isinstance(source, BfclSource):
+            from ..tools.bfcl import load_cases
+
+            cases = await asyncio.to_thread(load_cases, source.category)
+            if req.task_id not in cases:
+                raise BadRequest(f"task_id {req.task_id!r} is not a BFCL {source.category} case "
+                                 f"({len(cases)} cases, e.g. {', '.join(list(cases)[:3])})")
+            case = cases[req.task_id]
+            return Task(case.id, case.turns[0] if req.user == "simulated" else req.message or "", case)
         if not isinstance(source, Tau2Source):
             return Task("adhoc", req.message or "")
         domain = await self.domain(source.domain)
@@ -112,6 +132,11 @@ class ToolSources:
             return Catalog({t.name: t.parameters for t in req.client_tools},
                            {t.name: effect_of(t.name, t.read_only, source.trusted, source.overrides)
                             for t in req.client_tools})
+        if isinstance(source, BfclSource):  # each case has its own backends: a catalog per case
+            from ..tools.bfcl import effect, load_cases
+
+            tools = load_cases(source.category)[req.task_id].tools(typed=False)  # type: ignore[index]
+            return Catalog(tools, {n: effect(n) for n in tools})
         cached = self._catalogs.get(req.tool_source)
         if cached is None:
             if isinstance(source, Tau2Source):

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..protocol.types import Observation, ToolCall
 from ..storage.base import Store
-from .config import McpSource, Tau2Source, ToolSource
+from .config import BfclSource, McpSource, Tau2Source, ToolSource
 from .batcher import Batcher
 from .handles import lane_of
 from .idempotency import IdempotencyRecords, KeyReused, StaleEpoch, call_digest, unknown_outcome
@@ -122,6 +122,8 @@ class ToolHost:
             return await tools.execute(call)
         if side == "user":
             raise UnknownSource(f"tool source {source!r} has no user-side tools")
+        if isinstance(spec, BfclSource):
+            return await self._bfcl(source, spec, session_id, task_id).execute(call)
         if isinstance(spec, McpSource):
             box = await self._toolbox(source, spec)
             return await box.call(call, key)  # the key travels in the request's _meta
@@ -135,6 +137,17 @@ class ToolHost:
             domain = Tau2Domain.load(spec.domain)
             task = domain.tasks.get(task_id) if task_id is not None else None  # its initial state
             env = self._envs[(name, session_id)] = Tau2Tools(domain, task=task)
+        return env
+
+    def _bfcl(self, name: str, spec: BfclSource, session_id: str, task_id: str | None) -> Any:
+        from ..tools.bfcl import BfclTools, load_cases
+
+        env = self._envs.get((name, session_id))
+        if env is None:
+            cases = load_cases(spec.category)
+            if task_id not in cases:
+                raise UnknownSource(f"tool source {name!r} has no BFCL case {task_id!r}")
+            env = self._envs[(name, session_id)] = BfclTools(cases[task_id])
         return env
 
     async def _toolbox(self, name: str, spec: McpSource) -> Any:
@@ -156,6 +169,10 @@ class ToolHost:
         for spec in self.sources.values():
             if isinstance(spec, Tau2Source):
                 Tau2Domain.load(spec.domain).new_environment()
+            elif isinstance(spec, BfclSource):
+                from ..tools.bfcl import load_cases
+
+                load_cases(spec.category)
 
     async def execute_many(self, reads: Sequence[tuple[str, str, ToolCall, str | None]]
                            ) -> list[Observation | BaseException]:

@@ -91,8 +91,15 @@ _TYPES = {"dict": "object", "float": "number", "integer": "integer", "string": "
           "array": "array", "tuple": "array", "any": None}
 
 
+INSTALL = "pip install --no-deps bfcl-eval==2026.3.23"
+
+
 def _config() -> Any:
-    return importlib.import_module("bfcl_eval.constants.executable_backend_config")
+    try:
+        return importlib.import_module("bfcl_eval.constants.executable_backend_config")
+    except ModuleNotFoundError:
+        raise RuntimeError(f"BFCL tool sources and `bench bfcl` need BFCL's package: {INSTALL} "
+                           "(without its dependencies, which the multi-turn modules do not use)") from None
 
 
 def _jsonl(path: str) -> list[dict[str, Any]]:

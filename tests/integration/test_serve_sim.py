@@ -176,6 +176,17 @@ async def test_telecom_sessions_where_the_user_acts_on_their_phone_finish_and_gr
     assert 1.0 in [g["reward"] for g in graded]  # the user's calls reached tau2's grader through Serve
 
 
+async def test_bfcl_sessions_run_on_their_own_backends_and_grade_through_serve(url):
+    async with GatewayClient(url, KEY) as client:
+        created = [await client.create(tool_source="files", task_id=f"multi_turn_base_{i}", user="simulated", trial=i)
+                   for i in range(6)]
+        for c in created:
+            assert (await asyncio.wait_for(_last_event(client, c["session_id"]), 120))["t"] == "final"
+        graded = [await client.trajectory(c["session_id"], grade=True) for c in created]
+    assert all(g["status"] == "done" and g["termination"] == "user_stop" for g in graded)
+    assert 1.0 in [g["reward"] for g in graded]  # BFCL's checker, through Serve
+
+
 async def _last_event(client, sid):
     return [e async for e in client.events(sid)][-1]
 

@@ -498,3 +498,33 @@ def test_a_users_call_keeps_its_key_until_its_reply_is_committed_and_then_gets_a
     reply = Observation("Done.", user_calls=(UserToolCall(toggle, "Airplane mode is OFF"),))
     s.steps.append(Step(Action.message("Please toggle airplane mode."), reply, "weak", Effect.WRITE))
     assert s.user_call_key(toggle) not in (first, s.user_call_key(reboot))  # asked again later: a new run
+
+
+async def test_bfcl_sessions_run_on_their_own_backends_resume_after_a_crash_and_grade(tmp_path):
+    cfg = config(SLOW).model_dump()
+    cfg["tool_sources"] = {"files": {"kind": "bfcl", "category": "base"}}
+    cluster = Cluster(tmp_path, AppConfig.model_validate(cfg))
+    coord = cluster.coordinator
+    await coord.start()
+    cases = [f"multi_turn_base_{i}" for i in range(8)]
+    sids = [(await coord.create(CreateSession(tool_source="files", task_id=c, user="simulated", trial=i)))["session_id"]
+            for i, c in enumerate(cases)]
+    with pytest.raises(BadRequest, match="not a BFCL base case"):
+        await coord.create(CreateSession(tool_source="files", task_id="multi_turn_base_9999", user="simulated"))
+    for _ in range(200):  # crash once some turn was answered
+        if any(e["t"] == "commit" for sid in sids for e in coord.sessions[sid].events):
+            break
+        await asyncio.sleep(0.05)
+    coord = await cluster.crash_and_restart()
+    await finish(coord, sids)
+    assert max(cluster.tools.write_executions.values()) == 1  # no write ran twice
+    rewards = []
+    for sid, case in zip(sids, cases):
+        out = await coord.trajectory(sid, grade=True)
+        assert out["status"] == "done" and out["termination"] == "user_stop", out
+        messages = sum(s["action"]["kind"] == "message" for s in out["steps"])
+        from specagent_ray.tools.bfcl import load_cases
+
+        assert messages == len(load_cases("base")[case].turns)  # every turn once, none replayed after the crash
+        rewards.append(out["reward"])
+    assert 1.0 in rewards  # graded by BFCL's checker

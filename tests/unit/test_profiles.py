@@ -57,3 +57,13 @@ def test_unknown_builders_and_profiles_are_refused():
         validate_args("os:system", {})
     with pytest.raises(ValueError, match="unknown profile 'prod'"):
         profile_path("prod")
+
+
+def test_the_main_job_picks_each_benchmark_sources_first_tasks():
+    from specagent_ray.serve.main_job import default_tasks
+
+    assert default_tasks("sim", "airline", 2) == ("0", "1")
+    assert len(default_tasks("sim", "telecom", 10)) == 10
+    assert default_tasks("sim", "files", 2) == ("multi_turn_base_0", "multi_turn_base_1")
+    with pytest.raises(ValueError, match="no benchmark tool source 'nope'"):
+        default_tasks("sim", "nope", 2)
