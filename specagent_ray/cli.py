@@ -253,7 +253,6 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     from .bench.simulation import SimSettings
     from .bench.tau2 import BenchConfig, Hardware, run_bench, task_ids
     from .protocol.runtime import SpecConfig
-    from .tools.tau2 import Tau2Domain
 
     live = args.backend == "vllm"
     cfg = BenchConfig(
@@ -264,9 +263,6 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     )
     if live and (not args.weak or not args.strong):
         raise ValueError("--backend vllm needs --weak and --strong (an endpoint URL or a model folder each)")
-    if live and Tau2Domain.load(cfg.domain).user_tool_schemas:
-        raise ValueError(f"--backend vllm does not run {cfg.domain} yet: its user has tools of their own, and the "
-                         "live tau2 user simulator is not given them; use --backend sim")
     total = len(task_ids(cfg)) * cfg.trials * len(cfg.methods)
     stem = f"{_bench_name(cfg.domain, '-')}-{'live' if live else 'seed' + str(args.seed)}"
     store = _open_store(args.store) if args.store else None

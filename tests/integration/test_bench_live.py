@@ -24,13 +24,33 @@ calls: Counter[str] = Counter()
 prompts_seen: list[tuple[str, list[dict]]] = []
 
 
-def _reply(body: dict) -> str:
+def _telecom_user(body: dict) -> str | dict:
+    """tau2's user simulator with the user's own tools (telecom): asked to toggle airplane mode, it calls
+    its tool, then answers once the result came back."""
+    messages = body["messages"]
+    if any(m.get("role") == "tool" for m in messages[-2:]):
+        calls["user_after_tool"] += 1
+        return "Done, I toggled it."
+    if "airplane" in json.dumps(messages[-1]).lower():
+        calls["user_tool"] += 1
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "u1", "type": "function", "function": {"name": "toggle_airplane_mode", "arguments": "{}"}}]}
+    return "My phone shows no service."
+
+
+def _reply(body: dict) -> str | dict:
     fmt = body.get("response_format")
     if fmt is None:  # tau2's user simulator (via litellm): no schema
         calls["user"] += 1
+        if body.get("tools"):
+            return _telecom_user(body)
         return "Hi, I am Emma Kim, user id emma_kim_9957. I want to cancel reservation EHGLP3."
     schema = fmt["json_schema"]["schema"]
     text = json.dumps(body["messages"])
+    if "refuel_data" in text and schema.get("title") != "verdict":  # telecom's agent: ask once, then stop
+        calls[body["model"]] += 1
+        asked = "toggle airplane mode" in text
+        return json.dumps({"kind": "stop"} if asked else {"kind": "message", "text": "Please toggle airplane mode."})
     if schema.get("title") == "verdict":
         calls["verify"] += 1
         n = schema["properties"]["accepted_prefix"]["maximum"]
@@ -52,9 +72,10 @@ async def chat_completions(request: Request):
         return JSONResponse({"error": {"message": f"maximum context length exceeded ({prompt} tokens)",
                                        "type": "BadRequestError"}}, status_code=400)
     content = _reply(body)
+    message = content if isinstance(content, dict) else {"role": "assistant", "content": content}
     return {
         "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": 12, "total_tokens": prompt + 12,
                   "prompt_tokens_details": {"cached_tokens": int(prompt * 0.9)}},
     }
@@ -111,3 +132,28 @@ def test_a_backend_error_fails_that_run_and_the_bench_goes_on(endpoint, tmp_path
     assert [r["reward"] for r in doc["results"]] == [0.0, 0.0]
     assert all(r["termination"].startswith("backend_error: ") and "HTTP 400" in r["termination"]
                for r in doc["results"])
+
+
+def test_telecom_live_the_users_own_tools_run_on_their_side_and_reach_the_grader(endpoint, tmp_path, capsys):
+    from specagent_ray.tools.tau2 import Tau2Domain
+
+    task = Tau2Domain.load("telecom").base[0]
+    rc = main(["bench", "tau2", "--domain", "telecom", "--backend", "vllm", "--weak", endpoint, "--strong", endpoint,
+               "--tasks", task, "--trials", "1", "--methods", "strong", "--max-steps", "6", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    doc = json.loads((tmp_path / "tau2-telecom-live.json").read_text())
+    assert [r["termination"] for r in doc["results"]] == ["agent_stop"]  # and tau2 graded it
+    assert calls["user_tool"] >= 1 and calls["user_after_tool"] >= 1  # called its tool, then heard the result
+
+
+async def test_the_live_user_runs_its_tools_on_the_users_side_and_reports_them(endpoint):
+    from specagent_ray.bench.live import Endpoint, Tau2User
+    from specagent_ray.tools.tau2 import Tau2Domain, Tau2Tools
+
+    telecom = Tau2Domain.load("telecom")
+    task = telecom.tasks[telecom.base[0]]
+    tools = Tau2Tools(telecom, task=task)
+    obs = await Tau2User(task, Endpoint(endpoint, "user"), tools=tools).reply("Please toggle airplane mode.")
+    assert obs.content == "Done, I toggled it." and [u.call.name for u in obs.user_calls] == ["toggle_airplane_mode"]
+    assert tools.user_executed == [u.call for u in obs.user_calls] and not tools.executed  # the user's side only

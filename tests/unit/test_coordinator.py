@@ -423,18 +423,25 @@ async def test_owners_and_idempotency_keys_survive_a_restart(tmp_path):
     assert (await coord.trajectory(sid, owner="key-a"))["session_id"] == sid
 
 
-async def test_telecom_users_run_their_own_tools_once_and_are_graded_with_them(tmp_path):
+async def telecom_sessions(tmp_path, cfg: AppConfig, user_calls: int):
+    """8 simulated telecom sessions, started, on tasks whose gold has the user act at least ``user_calls`` times."""
     from specagent_ray.tools.tau2 import Tau2Domain
 
     telecom = Tau2Domain.load("telecom")
-    tasks = [t for t in telecom.base if any(a.requestor == "user" for a in telecom.tasks[t].evaluation_criteria.actions)][:8]
-    cfg = config().model_dump()
-    cfg["tool_sources"] = {"telecom": {"kind": "tau2", "domain": "telecom"}}
-    cluster = Cluster(tmp_path, AppConfig.model_validate(cfg))
+    tasks = [t for t in telecom.base
+             if sum(a.requestor == "user" for a in telecom.tasks[t].evaluation_criteria.actions) >= user_calls][:8]
+    data = cfg.model_dump()
+    data["tool_sources"] = {"telecom": {"kind": "tau2", "domain": "telecom"}}
+    cluster = Cluster(tmp_path, AppConfig.model_validate(data))
+    await cluster.coordinator.start()
+    sids = [(await cluster.coordinator.create(CreateSession(tool_source="telecom", task_id=t, user="simulated",
+                                                            trial=i)))["session_id"] for i, t in enumerate(tasks)]
+    return telecom, tasks, cluster, sids
+
+
+async def test_telecom_users_run_their_own_tools_once_and_are_graded_with_them(tmp_path):
+    telecom, tasks, cluster, sids = await telecom_sessions(tmp_path, config(), user_calls=1)
     coord = cluster.coordinator
-    await coord.start()
-    sids = [(await coord.create(CreateSession(tool_source="telecom", task_id=t, user="simulated", trial=i)))["session_id"]
-            for i, t in enumerate(tasks)]
     await finish(coord, sids)
     user_keys = {k: n for k, n in cluster.tools.write_executions.items() if k.split(":")[-1].startswith("u")}
     assert user_keys and max(user_keys.values()) == 1  # no user-side call ran twice
@@ -459,17 +466,8 @@ async def test_telecom_users_run_their_own_tools_once_and_are_graded_with_them(t
 
 
 async def test_telecom_users_never_run_a_call_twice_across_a_coordinator_crash(tmp_path):
-    from specagent_ray.tools.tau2 import Tau2Domain
-
-    telecom = Tau2Domain.load("telecom")
-    tasks = [t for t in telecom.base if sum(a.requestor == "user" for a in telecom.tasks[t].evaluation_criteria.actions) > 1][:8]
-    cfg = config(SLOW).model_dump()
-    cfg["tool_sources"] = {"telecom": {"kind": "tau2", "domain": "telecom"}}
-    cluster = Cluster(tmp_path, AppConfig.model_validate(cfg))
+    telecom, tasks, cluster, sids = await telecom_sessions(tmp_path, config(SLOW), user_calls=2)
     coord = cluster.coordinator
-    await coord.start()
-    sids = [(await coord.create(CreateSession(tool_source="telecom", task_id=t, user="simulated", trial=i)))["session_id"]
-            for i, t in enumerate(tasks)]
     for _ in range(200):  # crash once some user has acted on their phone
         if any(k.split(":")[-1].startswith("u") for k in cluster.tools.write_executions):
             break
