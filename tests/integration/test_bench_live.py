@@ -47,6 +47,11 @@ def _reply(body: dict) -> str | dict:
         return "Hi, I am Emma Kim, user id emma_kim_9957. I want to cancel reservation EHGLP3."
     schema = fmt["json_schema"]["schema"]
     text = json.dumps(body["messages"])
+    if "operate the user's applications" in text and schema.get("title") != "verdict":  # BFCL: pwd, then end the turn
+        calls["bfcl_agent"] += 1
+        turns = sum(m["role"] == "assistant" for m in body["messages"])
+        return json.dumps({"kind": "tool", "name": "pwd", "arguments": {}} if turns % 2 == 0
+                          else {"kind": "message", "text": "Done."})
     if "refuel_data" in text and schema.get("title") != "verdict":  # telecom's agent: ask once, then stop
         calls[body["model"]] += 1
         asked = "toggle airplane mode" in text
@@ -157,3 +162,15 @@ async def test_the_live_user_runs_its_tools_on_the_users_side_and_reports_them(e
     obs = await Tau2User(task, Endpoint(endpoint, "user"), tools=tools).reply("Please toggle airplane mode.")
     assert obs.content == "Done, I toggled it." and [u.call.name for u in obs.user_calls] == ["toggle_airplane_mode"]
     assert tools.user_executed == [u.call for u in obs.user_calls] and not tools.executed  # the user's side only
+
+
+def test_bfcl_live_runs_real_model_calls_on_the_cases_backends_turn_by_turn(endpoint, tmp_path, capsys):
+    rc = main(["bench", "bfcl", "--category", "base", "--backend", "vllm", "--weak", endpoint, "--strong", endpoint,
+               "--tasks", "multi_turn_base_0", "--trials", "1", "--methods", "strong,specagent", "--max-steps", "20",
+               "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    doc = json.loads((tmp_path / "bfcl-base-live.json").read_text())
+    assert [r["termination"] for r in doc["results"]] == ["user_stop", "user_stop"]  # every turn was sent
+    assert calls["bfcl_agent"] > 0 and all(r["committed_steps"] >= 2 for r in doc["results"])
+    assert "real engines; Pass@1 measured by BFCL's evaluator" in out
