@@ -165,8 +165,9 @@ async def _live_world(cfg: LiveConfig, grader: Grader | None, task_id: str
         case = load_cases(cfg.domain.removeprefix("bfcl-"))[task_id]
         return bfcl_live_parts(cfg, case), Task(task_id, case.turns[0], case), lambda t: reward(case, t)
     user, parts = live_parts(cfg, grader.domain, task_id)
-    opening = (await user.reply(GREETING)).content  # the customer speaks first, answering tau2's greeting
-    return parts, Task(task_id, opening, grader.domain.tasks[task_id]), lambda t: grader.reward(task_id, t, opening)
+    first = await user.reply(GREETING)  # the customer speaks first (maybe after using their phone)
+    return (parts, Task(task_id, first.content, grader.domain.tasks[task_id]),
+            lambda t: grader.reward(task_id, t, first.content, first.user_calls))
 
 
 async def run_live_trial(cfg: LiveConfig, grader: Grader | None, method: str, task_id: str, trial: int) -> TrialResult:

@@ -22,6 +22,7 @@ import json
 import os
 import pickle
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from ..protocol.types import ActionKind, Effect, Observation, Termination, ToolCall, Trajectory, UserToolCall
@@ -197,14 +198,24 @@ def schema_validator(domain: str) -> SchemaValidator:
     return SchemaValidator(Tau2Domain.load(domain).tool_schemas)
 
 
-def to_tau2_messages(trajectory: Trajectory, first_user_message: str) -> list[Any]:
+def to_tau2_messages(trajectory: Trajectory, first_user_message: str,
+                     opening_calls: Sequence[UserToolCall] = ()) -> list[Any]:
     """The committed history as tau2 messages: tool calls with their results, and each agent
     message followed by the tools the user ran on their side (as tau2 records them: a user message
-    with the call, then its result) and the user's reply. Dropped (rejected) draft steps are not part
-    of it."""
+    with the call, then its result) and the user's reply. ``opening_calls``: tools the user ran before
+    their first message. Dropped (rejected) draft steps are not part of it."""
     from tau2.data_model.message import AssistantMessage, ToolCall as Tau2Call, ToolMessage, UserMessage
 
-    messages: list[Any] = [UserMessage(role="user", content=first_user_message)]
+    def user_calls(calls: Sequence[UserToolCall], at: str) -> list[Any]:
+        out: list[Any] = []
+        for j, user in enumerate(calls):
+            call_id = f"user_call_{at}_{j}"
+            out.append(UserMessage(role="user", tool_calls=[Tau2Call(
+                id=call_id, name=user.call.name, arguments=user.call.arguments, requestor="user")]))
+            out.append(ToolMessage(id=call_id, role="tool", content=user.content, error=user.error, requestor="user"))
+        return out
+
+    messages: list[Any] = [*user_calls(opening_calls, "opening"), UserMessage(role="user", content=first_user_message)]
     for i, step in enumerate(trajectory.steps):
         action, obs = step.action, step.observation
         if action.kind is ActionKind.TOOL and obs is not None:
@@ -214,12 +225,7 @@ def to_tau2_messages(trajectory: Trajectory, first_user_message: str) -> list[An
             messages.append(ToolMessage(id=call_id, role="tool", content=obs.content, error=obs.error))
         elif action.kind is ActionKind.MESSAGE and obs is not None:
             messages.append(AssistantMessage(role="assistant", content=action.text))
-            for j, user in enumerate(obs.user_calls):
-                call_id = f"user_call_{i}_{j}"
-                messages.append(UserMessage(role="user", tool_calls=[Tau2Call(
-                    id=call_id, name=user.call.name, arguments=user.call.arguments, requestor="user")]))
-                messages.append(ToolMessage(id=call_id, role="tool", content=user.content, error=user.error,
-                                            requestor="user"))
+            messages += user_calls(obs.user_calls, str(i))
             messages.append(UserMessage(role="user", content=obs.content))
     return messages
 
@@ -242,13 +248,16 @@ class Grader:
     domain: Tau2Domain
     cache: dict[tuple[str, str], float] = field(default_factory=dict)
 
-    def reward(self, task_id: str, trajectory: Trajectory, first_user_message: str) -> float:
-        key = (task_id, trajectory_key(trajectory))
+    def reward(self, task_id: str, trajectory: Trajectory, first_user_message: str,
+               opening_calls: Sequence[UserToolCall] = ()) -> float:
+        """``opening_calls``: tools the user ran before their first message (dual-control domains)."""
+        key = (task_id, trajectory_key(trajectory) + json.dumps([u.call.key() + u.content for u in opening_calls]))
         if key not in self.cache:
-            self.cache[key] = self._evaluate(task_id, trajectory, first_user_message)
+            self.cache[key] = self._evaluate(task_id, trajectory, first_user_message, opening_calls)
         return self.cache[key]
 
-    def _evaluate(self, task_id: str, trajectory: Trajectory, first_user_message: str) -> float:
+    def _evaluate(self, task_id: str, trajectory: Trajectory, first_user_message: str,
+                  opening_calls: Sequence[UserToolCall] = ()) -> float:
         from tau2.data_model.tasks import RewardType
         from tau2.evaluator.evaluator_action import ActionEvaluator
         from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
@@ -259,7 +268,7 @@ class Grader:
         task = self.domain.tasks[task_id]
         if task.evaluation_criteria is None:
             return 1.0
-        messages = to_tau2_messages(trajectory, first_user_message)
+        messages = to_tau2_messages(trajectory, first_user_message, opening_calls)
         basis = set(task.evaluation_criteria.reward_basis)
         reward = 1.0
         if basis & {RewardType.DB, RewardType.ENV_ASSERTION}:

@@ -87,3 +87,22 @@ def test_a_user_call_survives_the_session_logs_json(telecom):
 def test_zero_error_strong_only_solves_every_base_task(telecom):
     rewards = [solve(telecom, t)[0] for t in telecom.base]
     assert rewards == [1.0] * 114
+
+
+def test_calls_the_user_made_before_their_first_message_are_graded_too(telecom):
+    task_id = next(t for t in telecom.base if (telecom.tasks[t].evaluation_criteria.actions or [None])[0] is not None
+                   and telecom.tasks[t].evaluation_criteria.actions[0].requestor == "user"
+                   and telecom.tasks[t].evaluation_criteria.env_assertions)  # the user acts first
+    first = telecom.tasks[task_id].evaluation_criteria.actions[0]
+    task, parts = simulated_parts(telecom, task_id, 0, ZERO)
+    early = parts.tools.execute_user(ToolCall(first.name, dict(first.arguments)))  # before the conversation
+    gold = GoldUser([ToolCall(a.name, dict(a.arguments)) for a in telecom.tasks[task_id].evaluation_criteria.actions
+                     if a.requestor == "user"][1:], parts.tools.execute_user)
+    traj = asyncio.run(METHODS["strong"](task, replace(parts, user=gold), SpecConfig()))
+    grader = Grader(telecom)
+    assert grader.reward(task_id, traj, task.instruction, (early,)) == 1.0
+    try:
+        without = grader.reward(task_id, traj, task.instruction)
+    except ValueError:  # tau2 cannot replay a record that misses the user's early call
+        without = 0.0
+    assert without == 0.0
