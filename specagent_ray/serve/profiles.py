@@ -20,7 +20,9 @@ import yaml
 PROFILES = ("local-cpu", "sim", "gpu-tp16", "edge-cloud")
 OURS = "specagent_ray.serve.app:build_app"
 RAY_LLM = "ray.serve.llm:build_openai_app"
-FOLDER = Path(__file__).resolve().parents[2] / "deployments"
+# deployments/ of the checkout, reached through the package's link to it (specagent_ray/profiles), which a
+# wheel carries as a folder of copies: an installed package finds its profiles the same way.
+FOLDER = Path(__file__).parents[1] / "profiles"
 
 
 def profile_path(name_or_path: str | os.PathLike[str]) -> Path:
