@@ -263,7 +263,8 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     cfg = BenchConfig(
         domain=args.domain, methods=args.methods, trials=args.trials, task_ids=args.tasks,
         spec=SpecConfig(k=args.k, max_steps=args.max_steps, review_messages=args.review_messages),
-        sim=SimSettings.for_domain(args.domain, seed=args.seed), hardware=Hardware(gpu=args.gpu, strong_gpus=args.strong_gpus),
+        sim=SimSettings.for_domain(args.domain, seed=args.seed),
+        hardware=Hardware(gpu=args.gpu, strong_gpus=args.strong_gpus),
         workers=args.workers,
     )
     if live and (not args.weak or not args.strong):

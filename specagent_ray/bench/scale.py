@@ -115,7 +115,8 @@ def report_scale(console: Console, shard_counts: tuple[int, ...], sessions: int,
     for r in rows:
         table.add_row(str(r["shards"]), str(r["errors"]), f"{r['idle_core_pct']:.1f}", f"{r['cpu_ms_per_step']:.2f}",
                       f"{r['cpu_ms_per_step'] / base:.2f}x", f"{r['steps_per_s']:.1f}", f"{r['overhead_p50_ms']:.2f}",
-                      f"{r['overhead_p99_ms']:.1f}", " / ".join(f"{s:.0%}" for s in r["shares"]), str(len(r["node_ids"])),
+                      f"{r['overhead_p99_ms']:.1f}", " / ".join(f"{s:.0%}" for s in r["shares"]),
+                      str(len(r["node_ids"])),
                       f"{r['client_cpu_ms_per_step']:.2f}")
     console.print(table)
     errors = sum(r["errors"] for r in rows)

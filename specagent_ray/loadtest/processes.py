@@ -44,7 +44,8 @@ def split(cfg: LoadConfig, parts: int) -> list[LoadConfig]:
         out.append(dataclasses.replace(
             cfg, concurrency=_share(cfg.concurrency, parts, j), stages=stages,
             sessions=max(1, _share(cfg.sessions, parts, j)), rate=cfg.rate / parts, seed=cfg.seed * parts + j,
-            max_errors=max(1, math.ceil(cfg.max_errors / parts)), baseline_sessions=cfg.baseline_sessions if j == 0 else 0,
+            max_errors=max(1, math.ceil(cfg.max_errors / parts)),
+            baseline_sessions=cfg.baseline_sessions if j == 0 else 0,
             index_offset=cfg.index_offset + j * cfg.index_stride, index_stride=cfg.index_stride * parts))
     return out
 

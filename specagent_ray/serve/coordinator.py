@@ -265,7 +265,8 @@ class Coordinator:
 
     async def trajectory(self, sid: str, grade: bool = False, owner: str = LOCAL) -> dict[str, Any]:
         s = self._get(sid, owner)
-        ungraded = await self.sources.graded(s) if grade and s.reward is None and s.status == "done" and s.domain else None
+        gradable = grade and s.reward is None and s.status == "done" and s.domain
+        ungraded = await self.sources.graded(s) if gradable else None
         from ..bench.tau2 import Hardware
 
         return {**summary(s), **({"grade_error": ungraded} if ungraded else {}),
@@ -348,7 +349,8 @@ class Coordinator:
             async def run(call: ToolCall, key: str | None):
                 epoch = self.log.epoch if key is not None else None  # writes carry the lease epoch
                 try:
-                    return await self.tool_host.execute(s.request.tool_source, s.id, call, key, epoch, s.request.task_id)
+                    return await self.tool_host.execute(s.request.tool_source, s.id, call, key, epoch,
+                                                        s.request.task_id)
                 except Exception as exc:  # noqa: BLE001 - the tool host's own error, without Ray's traceback
                     raise unwrap(exc) from None
         tools = SessionTools(s, catalog, run, self.log.durable)

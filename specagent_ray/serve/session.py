@@ -200,7 +200,8 @@ class Session:
         the committed history already holds it. Steps that come and go uncommitted (a crash before the
         user's reply was stored, a re-drafted block) do not change it, so the same request asked again
         gets the key whose first result the tool host keeps; the next real occurrence gets a new one."""
-        before = sum(u.call.key() == call.key() for st in self.steps if st.observation for u in st.observation.user_calls)
+        before = sum(u.call.key() == call.key()
+                     for st in self.steps if st.observation for u in st.observation.user_calls)
         return f"{self.id}:u{before}-{hashlib.sha256(call.key().encode()).hexdigest()[:12]}"
 
     def result(self, key: str, observation: Observation) -> None:

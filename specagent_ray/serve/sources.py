@@ -41,7 +41,8 @@ class ToolSources:
             raise BadRequest(f"client_tools need a client tool source; {req.tool_source!r} is {source.kind}")
         if not isinstance(source, BENCHMARKS):
             if sim:
-                raise BadRequest("simulated engines replay benchmark gold actions: pick a tau2 tool source or a bfcl one")
+                raise BadRequest("simulated engines replay benchmark gold actions: "
+                                 "pick a tau2 tool source or a bfcl one")
             if req.user != "client" or not req.message:
                 raise BadRequest(f"a {source.kind} session needs user 'client' and an opening message")
         if req.user == "simulated" and not sim:

@@ -178,8 +178,8 @@ class ToolHost:
                            ) -> list[Observation | BaseException]:
         """Unkeyed calls (reads) of many sessions at once, ``(source, session_id, call, task_id)`` each:
         one answer per call, in order, an exception in place of an observation failing only its own call."""
-        return await asyncio.gather(*(self._run(source, sid, call, None, task_id) for source, sid, call, task_id in reads),
-                                    return_exceptions=True)
+        runs = (self._run(source, sid, call, None, task_id) for source, sid, call, task_id in reads)
+        return await asyncio.gather(*runs, return_exceptions=True)
 
     def close_sessions(self, session_ids: Sequence[str]) -> list[None]:
         for sid in session_ids:
