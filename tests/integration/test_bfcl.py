@@ -78,17 +78,18 @@ def test_only_the_cases_own_functions_run():
         assert obs.error and obs.content.startswith("Error"), (bad, obs)
 
 
-def test_zero_error_strong_only_scores_every_base_case_through_the_protocol():
+def test_zero_error_strong_only_scores_base_cases_through_the_protocol():
+    cases = list(load_cases("base"))[::5]  # every fifth here; all 200 of every category in the slow tier
     rewards = []
-    for case_id in load_cases("base"):
+    for case_id in cases:
         task, parts = bfcl_parts("bfcl-base", case_id, 0, ZERO)
         rewards.append(grade("bfcl-base", case_id, asyncio.run(METHODS["strong"](task, parts, SpecConfig(max_steps=200)))))
-    assert rewards == [1.0] * 200
+    assert rewards == [1.0] * 40
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("category", [c for c in CATEGORIES if c != "base"])
-def test_zero_error_strong_only_scores_every_case_of_the_other_categories(category):
+@pytest.mark.parametrize("category", CATEGORIES)
+def test_zero_error_strong_only_scores_every_case_of_every_category(category):
     domain = f"bfcl-{category}"
     rewards = [grade(domain, c, asyncio.run(METHODS["strong"](*bfcl_parts(domain, c, 0, ZERO), SpecConfig(max_steps=200))))
                for c in load_cases(category)]

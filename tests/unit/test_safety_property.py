@@ -160,7 +160,7 @@ def test_no_weak_write_reaches_a_tool_quick(**scenario):
 
 @pytest.mark.parametrize("table", ["telecom", "bfcl"])
 def test_no_weak_write_reaches_a_real_tool_table_quick(table):
-    @scenarios(300)
+    @scenarios(100)
     def run(**scenario):
         check(**scenario, table=table)
     run()
