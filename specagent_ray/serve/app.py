@@ -141,10 +141,10 @@ def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: Depl
 def _gateway_class(cfg: dict[str, Any]):
     """The ingress class. Its FastAPI app is built at composition time so Serve can serve the routes
     and the OpenAPI schema; the coordinator handle and the API keys arrive in the replica."""
-    from .gateway import api_keys, make_api, serve_with, served_call, served_keys
+    from .gateway import api_keys, make_api, operator_keys, serve_with, served_call, served_keys, served_operators
 
     config = AppConfig.model_validate(cfg)
-    api = make_api(served_call, config.gateway, served_keys)
+    api = make_api(served_call, config.gateway, served_keys, served_operators)
 
     @serve.deployment(name="Gateway", max_ongoing_requests=BUSY)
     @serve.ingress(api)
@@ -154,7 +154,7 @@ def _gateway_class(cfg: dict[str, Any]):
             if not keys:
                 raise ValueError(f"no API keys: set {config.gateway.api_keys_env} (comma-separated) "
                                  "or gateway.dev_api_key")
-            serve_with(coordinators, keys)
+            serve_with(coordinators, keys, operator_keys(config.gateway, dict(os.environ)))
 
     return Gateway
 

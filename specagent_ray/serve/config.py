@@ -103,6 +103,8 @@ class GatewayConfig(Strict):
     ``dev_api_key`` is for local profiles only."""
 
     api_keys_env: str = "SPECAGENT_API_KEYS"
+    operator_keys_env: str = Field("SPECAGENT_OPERATOR_KEYS", description="keys (comma-separated) that may also "
+                                   "read /v1/stats, the cluster-wide view; the dev key is one")
     dev_api_key: str | None = None
     max_body_bytes: int = Field(65536, ge=1024)
     events_wait_s: float = Field(15.0, gt=0, description="SSE long-poll slice")

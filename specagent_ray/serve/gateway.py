@@ -30,7 +30,7 @@ from ray.serve.exceptions import DeploymentUnavailableError
 
 from .api import CreateSession, ToolResult, UserMessage
 from .config import GatewayConfig
-from .errors import ApiError, Overloaded, ServiceUnavailable, unwrap
+from .errors import ApiError, Forbidden, Overloaded, ServiceUnavailable, unwrap
 from .records import SessionEvent
 from .shards import ShardRouter
 
@@ -120,8 +120,11 @@ async def _too_large(limit: int, send: Callable) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]]) -> FastAPI:
-    """The FastAPI app over a coordinator reached through ``call``; ``keys()`` is read per request."""
+def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
+             operators: Callable[[], frozenset[str]] | None = None) -> FastAPI:
+    """The FastAPI app over a coordinator reached through ``call``; ``keys()`` is read per request.
+    Only ``operators()`` keys read ``/v1/stats`` (cluster-wide counts, shard nodes, and the ids of
+    sessions the log could not restore, which may be any tenant's); ``None``: every key may."""
     docs = {} if cfg.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="specagent-ray", version="0.1.0",
                   description="Agent sessions served with trajectory-level speculation (SpecAgent).", **docs)
@@ -129,17 +132,26 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]])
 
     bucket = TokenBucket(cfg.rate_per_s, cfg.burst)
 
-    async def tenant(request: Request) -> str:
-        """The caller's tenant, once its key is checked (401) and its rate (429)."""
+    def key_of(request: Request) -> str:
+        """The caller's key, once checked (401) and within its rate (429)."""
         given = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
         matched = [k for k in keys() if hmac.compare_digest(given.encode(), k.encode())]
         if not matched:
             raise ApiError401()
-        who = tenant_of(matched[0])
-        wait = bucket.take(who)
+        wait = bucket.take(tenant_of(matched[0]))
         if wait > 0:
             raise Overloaded(f"over this key's rate of {cfg.rate_per_s:g} requests/s", max(1, round(wait + 0.5)))
-        return who
+        return matched[0]
+
+    async def tenant(request: Request) -> str:
+        """The caller's tenant."""
+        return tenant_of(key_of(request))
+
+    async def operator(request: Request) -> None:
+        """403 unless the caller's key is an operator's."""
+        key = key_of(request)
+        if operators is not None and not any(hmac.compare_digest(key.encode(), k.encode()) for k in operators()):
+            raise Forbidden("the cluster-wide stats are for operator keys (gateway.operator_keys_env)")
 
     async def coordinator(method: str, *args: Any, retry: bool | None = None, **kwargs: Any) -> Any:
         """Call the coordinator. A call safe to repeat waits out a restart within the configured patience."""
@@ -237,7 +249,7 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]])
     async def cancel(sid: str, who: str = Tenant) -> dict[str, Any]:
         return await coordinator("cancel", sid, owner=who)
 
-    @app.get("/v1/stats", dependencies=[Tenant])
+    @app.get("/v1/stats", dependencies=[Depends(operator)])
     async def stats() -> dict[str, Any]:
         """Sessions by status, verifier batch sizes, coordinator overhead per committed step."""
         return await coordinator("stats")
@@ -257,12 +269,13 @@ class ApiError401(ApiError):
 _SERVED: dict[str, Any] = {"keys": frozenset()}
 
 
-def serve_with(coordinators: list[Any], keys: frozenset[str]) -> None:
-    """The replica's coordinator shards (deployment handles) and API keys."""
+def serve_with(coordinators: list[Any], keys: frozenset[str], operators: frozenset[str] = frozenset()) -> None:
+    """The replica's coordinator shards (deployment handles), API keys and operator keys."""
     def call_shard(i: int, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(coordinators[i], method).remote(*args, **kwargs)
 
-    _SERVED["router"], _SERVED["keys"] = ShardRouter(call_shard, len(coordinators)), keys
+    _SERVED["router"], _SERVED["keys"] = ShardRouter(call_shard, len(coordinators)), keys | operators
+    _SERVED["operators"] = operators
 
 
 async def served_call(method: str, *args: Any, **kwargs: Any) -> Any:
@@ -271,6 +284,18 @@ async def served_call(method: str, *args: Any, **kwargs: Any) -> Any:
 
 def served_keys() -> frozenset[str]:
     return _SERVED["keys"]
+
+
+def served_operators() -> frozenset[str]:
+    return _SERVED.get("operators", frozenset())
+
+
+def operator_keys(cfg: GatewayConfig, env: dict[str, str]) -> frozenset[str]:
+    """The keys that may read /v1/stats: ``operator_keys_env``'s, and the dev key of a local profile."""
+    keys = {k.strip() for k in env.get(cfg.operator_keys_env, "").split(",") if k.strip()}
+    if cfg.dev_api_key:
+        keys.add(cfg.dev_api_key)
+    return frozenset(keys)
 
 
 def api_keys(cfg: GatewayConfig, env: dict[str, str]) -> frozenset[str]:

@@ -39,9 +39,11 @@ class FailAfter:
 @contextmanager
 def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: LatencyModel = FAST,
                        keys: tuple[str, ...] = ("dev-key",), app: dict[str, Any] | None = None,
-                       gateway: dict[str, Any] | None = None, **coordinator: Any) -> Iterator[str]:
-    """Yields the base URL of a gateway (API keys ``keys``) over an in-process sim coordinator; ``app``,
-    ``gateway`` and ``coordinator`` override the application's config."""
+                       gateway: dict[str, Any] | None = None, operators: tuple[str, ...] | None = None,
+                       **coordinator: Any) -> Iterator[str]:
+    """Yields the base URL of a gateway (API keys ``keys``; ``operators`` may read /v1/stats, every key when
+    None) over an in-process sim coordinator; ``app``, ``gateway`` and ``coordinator`` override the
+    application's config."""
     from ..serve.coordinator import Coordinator
     from ..serve.engine_client import SimEngineClient
     from ..serve.gateway import make_api
@@ -69,7 +71,8 @@ def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: La
         return await result if hasattr(result, "__await__") else result
 
     call = ShardRouter(call_shard, len(shards))
-    api: Any = make_api(call, cfg.gateway, lambda: frozenset(keys))
+    api: Any = make_api(call, cfg.gateway, lambda: frozenset(keys),
+                        None if operators is None else (lambda: frozenset(operators)))
     if fail_after is not None:
         api = FailAfter(api, fail_after)
     with serve_in_thread(api) as url:

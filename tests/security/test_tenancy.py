@@ -117,3 +117,29 @@ def test_a_burst_of_200_creates_over_http_admits_exactly_max_sessions(tmp_path):
     with in_process_gateway(tmp_path, keys=KEYS, max_sessions=50) as url:
         codes = asyncio.run(run(url))
     assert codes.count(201) == 50 and codes.count(429) == 150
+
+
+def test_only_operator_keys_read_the_cluster_wide_stats_and_a_tenants_load_test_still_runs(tmp_path):
+    from specagent_ray.loadtest.runner import LoadConfig, LoadRun
+    from specagent_ray.loadtest.workload import Workload, parse_mix
+
+    with in_process_gateway(tmp_path / "log", keys=("key-a", "key-b", "ops"), operators=("ops",)) as url:
+        with httpx.Client(base_url=url) as http:
+            refused = http.get("/v1/stats", headers=A)  # would show other tenants' broken session ids, nodes
+            assert refused.status_code == 403 and "operator keys" in refused.json()["detail"]
+            assert "sessions" not in refused.text
+            assert http.get("/v1/stats", headers={"X-API-Key": "ops"}).status_code == 200
+            assert http.get("/v1/stats", headers={"X-API-Key": "nobody"}).status_code == 401
+        cfg = LoadConfig(url, "key-a", Workload(parse_mix("airline:0-1")), concurrency=2, sessions=2, duration_s=60,
+                         drain_s=30, baseline_sessions=0)
+        result = asyncio.run(LoadRun(cfg).run())
+    assert [r.outcome for r in result.load()] == ["done", "done"] and result.stats_after is None
+
+
+def test_the_served_gateway_takes_operator_keys_from_their_own_variable():
+    from specagent_ray.serve.config import GatewayConfig
+    from specagent_ray.serve.gateway import operator_keys
+
+    cfg = GatewayConfig(dev_api_key=None)
+    assert operator_keys(cfg, {"SPECAGENT_OPERATOR_KEYS": " ops1, ops2 ,", "SPECAGENT_API_KEYS": "t1"}) == {"ops1", "ops2"}
+    assert operator_keys(GatewayConfig(dev_api_key="dev"), {}) == {"dev"}  # local profiles: the dev key
