@@ -11,16 +11,13 @@ turn's progress. Policies replay the script through the seeded error model, as f
 from __future__ import annotations
 
 import json
-from dataclasses import replace
-from typing import Any
 
 from ..costs.ledger import Ledger
 from ..models.simulated import GoldScript, SimulatedPolicy, SimulatedVerifier
-from ..models.tokens import PrefixCache
 from ..protocol.runtime import Parts
 from ..protocol.types import Action, ActionKind, Effect, Observation, Task, Trajectory
-from ..tools.bfcl import BfclCase, BfclTools, effect, load_cases, parse_call, reward
-from .simulation import SimSettings
+from ..tools.bfcl import BfclCase, BfclTools, effect, load_cases, parse_call, reward, spare_reads
+from .simulation import SimSettings, script_models
 
 # The system prompt's policy for real models (BFCL has no policy document of its own).
 POLICY = ("You operate the user's applications through the functions below. Do what each request asks, "
@@ -36,7 +33,7 @@ def category_of(domain: str) -> str:
     return domain.removeprefix("bfcl-")
 
 
-def gold_script(case: BfclCase, tools: BfclTools) -> GoldScript:
+def gold_script(case: BfclCase) -> GoldScript:
     items: list[Action] = []
     for i, turn in enumerate(case.ground_truth):
         items += [Action(ActionKind.TOOL, parse_call(c)) for c in turn]
@@ -45,7 +42,7 @@ def gold_script(case: BfclCase, tools: BfclTools) -> GoldScript:
     effects = tuple(effect(a.call.name) if a.kind is ActionKind.TOOL else Effect.WRITE  # type: ignore[union-attr]
                     for a in items)
     reads = tuple(a for a, e in zip(items, effects, strict=True) if e is Effect.READ and a.kind is ActionKind.TOOL)
-    spare = reads or tuple(Action(ActionKind.TOOL, c) for c in tools.spare_reads())
+    spare = reads or tuple(Action(ActionKind.TOOL, c) for c in spare_reads(case.tools()))
     return GoldScript(tuple(items), effects, spare)
 
 
@@ -68,26 +65,19 @@ def bfcl_parts(domain: str, case_id: str, trial: int, settings: SimSettings) -> 
     """A case and fresh parts for one run: BFCL's backends, simulated models, the scripted user."""
     case = load_cases(category_of(domain))[case_id]
     tools = BfclTools(case)
-    weak, strong, verifier = bfcl_models(domain, case_id, trial, settings, tools)
+    weak, strong, verifier = bfcl_models(domain, case_id, trial, settings)
     return Task(case.id, case.turns[0], case), Parts(weak, strong, verifier, tools, BfclUser(case), Ledger())
 
 
-def bfcl_models(domain: str, case_id: str, trial: int, settings: SimSettings, tools: BfclTools | None = None
+def bfcl_models(domain: str, case_id: str, trial: int, settings: SimSettings
                 ) -> tuple[SimulatedPolicy, SimulatedPolicy, SimulatedVerifier]:
-    """The weak policy, strong policy and verifier of one run (SIMULATED), as the sim engines need them."""
+    """The weak policy, strong policy and verifier of one run (SIMULATED), as the sim engines need them:
+    from the case's function docs alone, without its backends."""
     case = load_cases(category_of(domain))[case_id]
-    tools = tools or BfclTools(case)
-    script = gold_script(case, tools)
-    seed = (settings.seed, domain, case_id, trial)
-    weak_cache, strong_cache = PrefixCache(), PrefixCache()
-    valid = lambda a: tools.validate(a.call) is None  # noqa: E731
-    system_chars = len(json.dumps(tools.schemas))
-    tm = replace(settings.tokens, system_tokens=int(system_chars / settings.tokens.chars_per_token))
-    weak = SimulatedPolicy("weak", script, settings.weak, tm, weak_cache, seed, valid)
-    strong = SimulatedPolicy("strong", script, settings.strong, tm, strong_cache, seed, valid)
-    verifier = SimulatedVerifier(script, settings.verifier, strong, tm, strong_cache, seed)
-    return weak, strong, verifier
+    validator = case.validator()  # what BfclTools.validate checks
+    return script_models(gold_script(case), settings, (settings.seed, domain, case_id, trial),
+                         len(json.dumps(case.tools())), lambda a: validator.check(a.call) is None)
 
 
-def grade(domain: str, case_id: str, trajectory: Trajectory, _: Any = None) -> float:
+def grade(domain: str, case_id: str, trajectory: Trajectory) -> float:
     return reward(load_cases(category_of(domain))[case_id], trajectory)

@@ -103,12 +103,18 @@ def simulated_models(domain: Tau2Domain, task_id: str, trial: int, settings: Sim
                      ) -> tuple[SimulatedPolicy, SimulatedPolicy, SimulatedVerifier]:
     """The weak policy, strong policy and verifier of one run (SIMULATED), with fresh prefix caches.
     ``valid`` defaults to the domain's schema check (no environment needed)."""
-    script = gold_script(domain, task_id)
-    seed = (settings.seed, domain.name, task_id, trial)
-    weak_cache, strong_cache = PrefixCache(), PrefixCache()
     if valid is None:
         valid = lambda a: schema_validator(domain.name).check(a.call) is None  # noqa: E731
     system_chars = len(domain.policy) + len(json.dumps(domain.openai_tools()))
+    return script_models(gold_script(domain, task_id), settings, (settings.seed, domain.name, task_id, trial),
+                         system_chars, valid)
+
+
+def script_models(script: GoldScript, settings: SimSettings, seed: tuple, system_chars: int,
+                  valid: Callable[[Action], bool]) -> tuple[SimulatedPolicy, SimulatedPolicy, SimulatedVerifier]:
+    """Weak and strong policies and the verifier replaying one gold script (SIMULATED), with fresh prefix
+    caches; ``system_chars`` sizes the system prompt (policy and tool schemas) in the token model."""
+    weak_cache, strong_cache = PrefixCache(), PrefixCache()
     tm = replace(settings.tokens, system_tokens=int(system_chars / settings.tokens.chars_per_token))
     weak = SimulatedPolicy("weak", script, settings.weak, tm, weak_cache, seed, valid)
     strong = SimulatedPolicy("strong", script, settings.strong, tm, strong_cache, seed, valid)

@@ -146,10 +146,25 @@ class BfclCase:
     entry: dict[str, Any] = field(repr=False)
 
     def tools(self, typed: bool = True) -> dict[str, dict[str, Any]]:
-        """The case's functions: ``{name: JSON schema of its parameters}`` (see ``json_schema``)."""
-        docs = function_docs()
-        return {name: json_schema(docs[name]["parameters"], typed) for cls in self.classes for name in EFFECTS[cls]
-                if name in docs}
+        """The case's functions: ``{name: JSON schema of its parameters}`` (see ``json_schema``); built
+        once per case (do not change it)."""
+        return _case_tools(self.category, self.id, typed)
+
+    def validator(self) -> SchemaValidator:
+        """Checks a call's function name and its parameters' names, as BFCL runs them (untyped)."""
+        return _case_validator(self.category, self.id)
+
+
+@functools.cache
+def _case_tools(category: str, case_id: str, typed: bool) -> dict[str, dict[str, Any]]:
+    docs = function_docs()
+    return {name: json_schema(docs[name]["parameters"], typed) for cls in load_cases(category)[case_id].classes
+            for name in EFFECTS[cls] if name in docs}
+
+
+@functools.cache
+def _case_validator(category: str, case_id: str) -> SchemaValidator:
+    return SchemaValidator(_case_tools(category, case_id, False))
 
 
 @functools.cache
@@ -163,6 +178,12 @@ def load_cases(category: str = "base") -> dict[str, BfclCase]:
         cases[e["id"]] = BfclCase(e["id"], category, turns, tuple(e["involved_classes"]), e["initial_config"],
                                   tuple(tuple(t) for t in truth[e["id"]]), e)
     return cases
+
+
+def spare_reads(schemas: dict[str, dict[str, Any]]) -> tuple[ToolCall, ...]:
+    """Reads that need no argument (what a distracted agent adds: ``pwd()``, ``list_all_airports()``)."""
+    return tuple(ToolCall(n, {}) for n, schema in schemas.items()
+                 if effect(n) is Effect.READ and not schema.get("required"))
 
 
 def call_string(call: ToolCall) -> str:
@@ -191,7 +212,7 @@ class BfclTools:
     def __init__(self, case: BfclCase):
         self.case = case
         self.schemas = case.tools()
-        self.validator = SchemaValidator(case.tools(typed=False))  # names and required ones, as BFCL runs them
+        self.validator = case.validator()
         long = "long_context" in case.category
         self.instances: dict[str, Any] = {}
         for cls in case.classes:
@@ -206,11 +227,6 @@ class BfclTools:
 
     def classify(self, call: ToolCall) -> Effect:
         return effect(call.name)
-
-    def spare_reads(self) -> tuple[ToolCall, ...]:
-        """Reads that need no argument (what a distracted agent adds: ``pwd()``, ``list_all_airports()``)."""
-        return tuple(ToolCall(n, {}) for n, schema in self.schemas.items()
-                     if effect(n) is Effect.READ and not schema.get("required"))
 
     def validate(self, call: ToolCall) -> str | None:
         return self.validator.check(call)

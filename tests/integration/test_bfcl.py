@@ -103,7 +103,7 @@ def test_asking_the_user_is_the_gold_step_where_a_parameter_is_missing_and_the_v
     from specagent_ray.models.prompts import verify_instruction
 
     case = next(c for c in load_cases("miss_param").values() if () in c.ground_truth)
-    script = gold_script(case, BfclTools(case))
+    script = gold_script(case)
     assert Action.message(ASK) in script.items
     draft = [Step(Action.message(ASK), None, "weak", Effect.WRITE)]
     assert "Asking the user for something the task needs" in verify_instruction(draft)
