@@ -150,7 +150,6 @@ def _add_results_parser(sub) -> None:
     cmp_.add_argument("--store", default=None, metavar="URI", help=store_help)
 
 
-
 def _bench_name(domain: str, sep: str = " ") -> str:
     """``tau2 airline`` / ``bfcl base`` (with ``sep="-"``: the output files' stem)."""
     return sep.join(domain.split("-", 1)) if domain.startswith("bfcl-") else f"tau2{sep}{domain}"

@@ -127,17 +127,18 @@ class Tau2User:
 
 def live_parts(cfg: LiveConfig, domain: Tau2Domain, task_id: str) -> tuple[Tau2User, Parts]:
     prompt_cfg = cfg.prompt or PromptConfig(policy=domain.policy)
-    weak_backend, strong_backend = cfg.weak.backend(cfg.timeout_s), cfg.strong.backend(cfg.timeout_s)
-    schemas, sampling = domain.tool_schemas, {"max_tokens": cfg.max_tokens, "temperature": cfg.temperature}
     tools = Tau2Tools(domain, task=domain.tasks[task_id])  # in the task's initial state
     user = Tau2User(domain.tasks[task_id], cfg.user or cfg.strong, cfg.user_max_tokens, tools)
-    parts = Parts(
-        weak=LLMPolicy(weak_backend, prompt_cfg, schemas, **sampling),
-        strong=LLMPolicy(strong_backend, prompt_cfg, schemas, **sampling),
-        verifier=LLMVerifier(strong_backend, prompt_cfg, schemas, **sampling),
-        tools=tools, user=user, ledger=Ledger(),
-    )
-    return user, parts
+    return user, Parts(**_models(cfg, prompt_cfg, domain.tool_schemas), tools=tools, user=user, ledger=Ledger())
+
+
+def _models(cfg: LiveConfig, prompt_cfg: PromptConfig, schemas: dict[str, Any]) -> dict[str, Any]:
+    """The weak and strong policies and the verifier on the configured endpoints."""
+    weak_backend, strong_backend = cfg.weak.backend(cfg.timeout_s), cfg.strong.backend(cfg.timeout_s)
+    sampling = {"max_tokens": cfg.max_tokens, "temperature": cfg.temperature}
+    return {"weak": LLMPolicy(weak_backend, prompt_cfg, schemas, **sampling),
+            "strong": LLMPolicy(strong_backend, prompt_cfg, schemas, **sampling),
+            "verifier": LLMVerifier(strong_backend, prompt_cfg, schemas, **sampling)}
 
 
 def bfcl_live_parts(cfg: LiveConfig, case: Any) -> Parts:
@@ -145,14 +146,9 @@ def bfcl_live_parts(cfg: LiveConfig, case: Any) -> Parts:
     from ..tools.bfcl import BfclTools
     from .bfcl import POLICY, BfclUser
 
-    prompt_cfg = cfg.prompt or PromptConfig(policy=POLICY)
-    weak_backend, strong_backend = cfg.weak.backend(cfg.timeout_s), cfg.strong.backend(cfg.timeout_s)
     tools = BfclTools(case)
-    schemas, sampling = tools.schemas, {"max_tokens": cfg.max_tokens, "temperature": cfg.temperature}
-    return Parts(weak=LLMPolicy(weak_backend, prompt_cfg, schemas, **sampling),
-                 strong=LLMPolicy(strong_backend, prompt_cfg, schemas, **sampling),
-                 verifier=LLMVerifier(strong_backend, prompt_cfg, schemas, **sampling),
-                 tools=tools, user=BfclUser(case), ledger=Ledger())
+    return Parts(**_models(cfg, cfg.prompt or PromptConfig(policy=POLICY), tools.schemas), tools=tools,
+                 user=BfclUser(case), ledger=Ledger())
 
 
 async def _live_world(cfg: LiveConfig, grader: Grader | None, task_id: str

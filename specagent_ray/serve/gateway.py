@@ -292,14 +292,14 @@ def served_operators() -> frozenset[str]:
 
 def operator_keys(cfg: GatewayConfig, env: dict[str, str]) -> frozenset[str]:
     """The keys that may read /v1/stats: ``operator_keys_env``'s, and the dev key of a local profile."""
-    keys = {k.strip() for k in env.get(cfg.operator_keys_env, "").split(",") if k.strip()}
-    if cfg.dev_api_key:
-        keys.add(cfg.dev_api_key)
-    return frozenset(keys)
+    return _listed(env, cfg.operator_keys_env, cfg.dev_api_key)
 
 
 def api_keys(cfg: GatewayConfig, env: dict[str, str]) -> frozenset[str]:
-    keys = {k.strip() for k in env.get(cfg.api_keys_env, "").split(",") if k.strip()}
-    if cfg.dev_api_key:
-        keys.add(cfg.dev_api_key)
-    return frozenset(keys)
+    return _listed(env, cfg.api_keys_env, cfg.dev_api_key)
+
+
+def _listed(env: dict[str, str], variable: str, dev_key: str | None) -> frozenset[str]:
+    """The comma-separated keys in ``variable``, and the dev key if there is one."""
+    keys = {k.strip() for k in env.get(variable, "").split(",") if k.strip()}
+    return frozenset(keys | {dev_key} if dev_key else keys)

@@ -235,9 +235,12 @@ def trajectory_key(trajectory: Trajectory) -> str:
     parts = [trajectory.termination.value]
     for s in trajectory.steps:
         obs = s.observation
-        user = [u.call.key() + "->" + u.content for u in obs.user_calls] if obs else []
-        parts.append(s.action.key() + "->" + (obs.content if obs else "") + json.dumps(user))
+        parts.append(s.action.key() + "->" + (obs.content + _user_calls_key(obs.user_calls) if obs else ""))
     return json.dumps(parts)
+
+
+def _user_calls_key(calls: Sequence[UserToolCall]) -> str:
+    return json.dumps([u.call.key() + "->" + u.content for u in calls])
 
 
 @dataclass
@@ -251,7 +254,7 @@ class Grader:
     def reward(self, task_id: str, trajectory: Trajectory, first_user_message: str,
                opening_calls: Sequence[UserToolCall] = ()) -> float:
         """``opening_calls``: tools the user ran before their first message (dual-control domains)."""
-        key = (task_id, trajectory_key(trajectory) + json.dumps([u.call.key() + u.content for u in opening_calls]))
+        key = (task_id, trajectory_key(trajectory) + _user_calls_key(opening_calls))
         if key not in self.cache:
             self.cache[key] = self._evaluate(task_id, trajectory, first_user_message, opening_calls)
         return self.cache[key]

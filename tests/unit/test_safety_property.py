@@ -158,18 +158,11 @@ def test_no_weak_write_reaches_a_tool_quick(**scenario):
     check(**scenario)
 
 
-@pytest.mark.parametrize("table", ["telecom", "bfcl"])
-def test_no_weak_write_reaches_a_real_tool_table_quick(table):
-    @scenarios(100)
-    def run(**scenario):
-        check(**scenario, table=table)
-    run()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("table", ["telecom", "bfcl"])
-def test_no_weak_write_reaches_a_real_tool_table(table):
-    @scenarios(3_000)
+@pytest.mark.parametrize("table, examples", [("telecom", 100), ("bfcl", 100),
+                                             pytest.param("telecom", 3_000, marks=pytest.mark.slow),
+                                             pytest.param("bfcl", 3_000, marks=pytest.mark.slow)])
+def test_no_weak_write_reaches_a_real_tool_table(table, examples):
+    @scenarios(examples)
     def run(**scenario):
         check(**scenario, table=table)
     run()
