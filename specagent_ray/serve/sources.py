@@ -63,9 +63,10 @@ class ToolSources:
                 req = CreateSession(tool_source=name, task_id="warm-up", user="client", message="-")
                 await self.catalog(req, source)
             elif isinstance(source, BfclSource):
-                from ..tools.bfcl import load_cases
-
-                await asyncio.to_thread(load_cases, source.category)
+                try:
+                    await self.bfcl_cases(name, source)
+                except Conflict as exc:  # BFCL's package is optional: only this source is unavailable
+                    log.warning("%s", exc.message)
 
     async def graded(self, s: Session) -> str | None:
         """Set a finished tau2 session's reward; the reason, if tau2's evaluator cannot replay its record."""
@@ -98,9 +99,7 @@ class ToolSources:
     async def task(self, req: CreateSession, source) -> Task:
         """The task a request names: a tau2 task or BFCL case (by id) for those sources, else an ad-hoc one."""
         if isinstance(source, BfclSource):
-            from ..tools.bfcl import load_cases
-
-            cases = await asyncio.to_thread(load_cases, source.category)
+            cases = await self.bfcl_cases(req.tool_source, source)
             if req.task_id not in cases:
                 raise BadRequest(f"task_id {req.task_id!r} is not a BFCL {source.category} case "
                                  f"({len(cases)} cases, e.g. {', '.join(list(cases)[:3])})")
@@ -118,6 +117,16 @@ class ToolSources:
 
             return Task(req.task_id, first_user_message(tau2_task), tau2_task)
         return Task(req.task_id, req.message or "", tau2_task)  # a tau2 user speaks first in the runner
+
+    @staticmethod
+    async def bfcl_cases(name: str, source: BfclSource) -> dict[str, Any]:
+        """A BFCL source's cases; 409 naming the install command where BFCL's package is missing."""
+        from ..tools.bfcl import load_cases
+
+        try:
+            return await asyncio.to_thread(load_cases, source.category)
+        except RuntimeError as exc:
+            raise Conflict(f"tool source {name!r} is unavailable: {exc}") from None
 
     @staticmethod
     async def domain(name: str):

@@ -12,6 +12,7 @@ per key, on the tool side, which is what the at-most-once tests read.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,6 +23,8 @@ from .config import BfclSource, McpSource, Tau2Source, ToolSource
 from .batcher import Batcher
 from .handles import lane_of
 from .idempotency import IdempotencyRecords, KeyReused, StaleEpoch, call_digest, unknown_outcome
+
+log = logging.getLogger(__name__)
 
 
 class UnknownSource(ValueError):
@@ -172,7 +175,10 @@ class ToolHost:
             elif isinstance(spec, BfclSource):
                 from ..tools.bfcl import load_cases
 
-                load_cases(spec.category)
+                try:
+                    load_cases(spec.category)
+                except RuntimeError as exc:  # BFCL's package is optional: only its sources fail, when used
+                    log.warning("BFCL tool source unavailable: %s", exc)
 
     async def execute_many(self, reads: Sequence[tuple[str, str, ToolCall, str | None]]
                            ) -> list[Observation | BaseException]:

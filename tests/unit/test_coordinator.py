@@ -526,3 +526,21 @@ async def test_bfcl_sessions_run_on_their_own_backends_resume_after_a_crash_and_
         assert messages == len(load_cases("base")[case].turns)  # every turn once, none replayed after the crash
         rewards.append(out["reward"])
     assert 1.0 in rewards  # graded by BFCL's checker
+
+
+async def test_without_bfcls_package_only_the_bfcl_source_is_unavailable(tmp_path, monkeypatch):
+    import specagent_ray.tools.bfcl as bfcl
+
+    def missing(category="base"):
+        raise RuntimeError(f"BFCL tool sources and `bench bfcl` need BFCL's package: {bfcl.INSTALL}")
+    monkeypatch.setattr(bfcl, "load_cases", missing)
+    cfg = config().model_dump()
+    cfg["tool_sources"] = {**cfg["tool_sources"], "files": {"kind": "bfcl", "category": "base"}}
+    cluster = Cluster(tmp_path, AppConfig.model_validate(cfg))
+    cluster.tools.warm()  # the tool host starts (it logs the missing package)
+    coord = cluster.coordinator
+    await coord.start()  # and so does the coordinator
+    with pytest.raises(Conflict, match="'files' is unavailable.*pip install --no-deps bfcl-eval"):
+        await coord.create(CreateSession(tool_source="files", task_id="multi_turn_base_0", user="simulated"))
+    sid = (await coord.create(sim("0")))["session_id"]  # the other sources serve as before
+    assert (await finish(coord, [sid]))[0]["done"]
