@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ..serve.client import GatewayClient
 from ..serve.workload import local_cluster, run_sessions
-from ..testing.http import free_port
+from ..ports import free_port
 
 
 def batching_run(n: int, window_ms: float, max_batch: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from ..serve.client import GatewayClient
 from ..serve.workload import local_cluster, run_sessions
-from ..testing.http import free_port
+from ..ports import free_port
 
 # GPU-like latencies of the gpu-tp16 profile (costs/: a 397B-A17B verify prefill of a 6-step draft and a
 # 4B decode of one step on H20s), as the sim engines' latency model takes them.

@@ -103,7 +103,7 @@ def run_loadtest(args: argparse.Namespace, console: Console) -> int:
             raise ValueError(f"set the API key in ${args.api_key_env} (or pick another variable with --api-key-env)")
         return _run(config_from(args, args.url, key), args.out, console, args.client_processes)
     from ..serve.workload import local_cluster
-    from ..testing.http import free_port
+    from ..ports import free_port
 
     console.print(f"deploying the {args.profile} profile on a local Ray instance...")
     with tempfile.TemporaryDirectory(prefix="specagent-loadtest-log-") as log:

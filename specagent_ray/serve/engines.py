@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..testing.http import free_port
+from ..ports import free_port
 
 CPU_ENGINE_KWARGS: dict[str, Any] = {
     "dtype": "bfloat16",

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from ..testing.http import free_port
+from ..ports import free_port
 from .workload import (
     SessionResult,
     ensure_local_models,

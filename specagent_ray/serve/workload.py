@@ -23,7 +23,7 @@ LOCAL_MODELS = {"tiny-weak": 0, "tiny-strong": 1}  # folder name -> seed of the 
 
 def ensure_local_models(root: Path = Path(".specagent/models")) -> None:
     """Build the local-cpu profile's two tiny random-weight models if they are missing (~20 s each)."""
-    from ..testing.tiny_model import build_tiny_model
+    from ..models.tiny import build_tiny_model
 
     for name, seed in LOCAL_MODELS.items():
         build_tiny_model(root / name, seed=seed)

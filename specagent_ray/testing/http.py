@@ -9,13 +9,6 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def serve_in_thread(app: Any, start_timeout_s: float = 20.0) -> Iterator[str]:
     """Serve ``app`` with uvicorn on a free loopback port; yields ``http://127.0.0.1:PORT``."""

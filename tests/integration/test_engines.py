@@ -80,7 +80,7 @@ def engines(tmp_path_factory):
     if _MISSING:
         pytest.fail(_MISSING, pytrace=False)
     from specagent_ray.serve.engines import local_engines
-    from specagent_ray.testing.tiny_model import build_tiny_model
+    from specagent_ray.models.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp("tiny_models")
     t = time.perf_counter()

@@ -32,7 +32,7 @@ pytest.importorskip("ray")
 import psutil
 
 from specagent_ray.serve.client import GatewayClient
-from specagent_ray.testing.http import free_port
+from specagent_ray.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 REPO = Path(__file__).resolve().parents[2]

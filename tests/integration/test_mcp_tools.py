@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from specagent_ray.protocol.types import Effect, ToolCall
-from specagent_ray.testing.http import free_port
+from specagent_ray.ports import free_port
 from specagent_ray.tools.mcp import McpTool, McpToolbox, McpUnavailable, effect_of
 
 SERVER = [sys.executable, "-m", "specagent_ray.testing.mcp_server"]

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from specagent_ray.testing.http import free_port
+from specagent_ray.ports import free_port
 from specagent_ray.testing.prometheus import scrape, value
 
 ray = pytest.importorskip("ray")  # ray[serve] is part of the dev extra; a missing install fails loudly below

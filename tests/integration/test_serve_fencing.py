@@ -23,7 +23,7 @@ from specagent_ray.serve.app import build_app
 from specagent_ray.serve.client import GatewayClient, GatewayError
 from specagent_ray.serve.profiles import load_profile
 from specagent_ray.serve.workload import wait_for_http
-from specagent_ray.testing.http import free_port
+from specagent_ray.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 KEY = "dev-key"

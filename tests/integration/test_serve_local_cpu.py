@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.engines, pytest.mark.cluster]
 def test_local_cpu_profile_runs_two_airline_tasks_end_to_end(tmp_path, monkeypatch):
     from specagent_ray.serve.client import GatewayClient
     from specagent_ray.serve.workload import ensure_local_models, local_cluster
-    from specagent_ray.testing.http import free_port
+    from specagent_ray.ports import free_port
 
     monkeypatch.chdir(tmp_path)  # models and the session log go under .specagent/ here
     ensure_local_models()

@@ -17,7 +17,7 @@ from specagent_ray.serve.client import GatewayClient, GatewayError
 from specagent_ray.serve.profiles import load_profile, run_profile
 from specagent_ray.serve.shards import shard_of
 from specagent_ray.serve.workload import wait_for_http
-from specagent_ray.testing.http import free_port
+from specagent_ray.ports import free_port
 from specagent_ray.testing.prometheus import samples, scrape
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]

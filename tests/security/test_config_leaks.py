@@ -18,7 +18,7 @@ from specagent_ray.serve.errors import Conflict
 from specagent_ray.serve.handles import Local
 from specagent_ray.serve.sources import ToolSources
 from specagent_ray.serve.tool_host import ToolHost
-from specagent_ray.testing.http import free_port
+from specagent_ray.ports import free_port
 from specagent_ray.tools.mcp import McpUnavailable
 
 pytestmark = pytest.mark.security

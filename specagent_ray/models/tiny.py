@@ -17,7 +17,7 @@ Guarantees:
 - idempotent: if ``out_dir`` already holds a complete model built with the same arguments, it is returned
   untouched; a partial or different one is rebuilt.
 
-CLI: ``python -m specagent_ray.testing.tiny_model OUT_DIR [--seed N] [--hidden 256] [--layers 2] ...``
+CLI: ``python -m specagent_ray.models.tiny OUT_DIR [--seed N] [--hidden 256] [--layers 2] ...``
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, hidden: int = 256, laye
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specagent_ray.testing.tiny_model", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m specagent_ray.models.tiny", description=__doc__.split("\n")[0])
     p.add_argument("out_dir")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--hidden", type=int, default=256)
