@@ -59,9 +59,9 @@ def render(overlay: Path) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
+    if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip(), file=sys.stderr)
-        return 2
+        return 0 if argv else 2
     for arg in argv:
         overlay = Path(arg)
         out = overlay / OUTPUT

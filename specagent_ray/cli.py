@@ -255,7 +255,8 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
 
     from .bench.report import LIVE_LABELS, SIMULATED_LABELS, plot, summarize, theory_check, write_json
     from .bench.simulation import SimSettings
-    from .bench.tau2 import BenchConfig, Hardware, run_bench, task_ids
+    from .bench.tau2 import BenchConfig, run_bench, task_ids
+    from .costs.hardware import Hardware
     from .protocol.runtime import SpecConfig
 
     live = args.backend == "vllm"
@@ -290,7 +291,7 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
         console.print(_theory_table(theory))
     meta = {"domain": cfg.domain, "trials": cfg.trials, "k": args.k, "methods": list(cfg.methods),
             "review_messages": args.review_messages, "seed": args.seed, "backend": args.backend,
-            "hardware": vars(cfg.hardware), "command": " ".join(sys.argv)}
+            "hardware": cfg.hardware.model_dump(), "command": " ".join(sys.argv)}
     write_json(args.out / f"{stem}.json", results, summary, theory, meta, LIVE_LABELS if live else SIMULATED_LABELS)
     plot(args.out / f"{stem}.png", summary, f"{_bench_name(cfg.domain)}, {cfg.trials} trial(s), {what}")
     console.print(f"wrote {args.out / (stem + '.json')} and {args.out / (stem + '.png')}")

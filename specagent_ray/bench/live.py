@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..costs.hardware import Hardware
 from ..costs.ledger import Ledger
 from ..costs.specs import load_gpu, load_model
 from ..models.backend import BackendError, ChatBackend
@@ -26,7 +27,7 @@ from ..protocol.types import Event, History, Observation, Task, Termination, Too
 from ..telemetry.resources import Pricing, RoleDeployment, report_from_ledger
 from ..tools.tau2 import Grader, Tau2Domain, Tau2Tools
 from .results import TrialResult, block_stats, repair_cache, role_usage
-from .tau2 import HIDDEN, Hardware
+from .tau2 import HIDDEN
 
 GREETING = "Hi! How can I help you today?"  # tau2's default first agent message
 

@@ -14,33 +14,16 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from ..costs.specs import load_gpu, load_model
+from ..costs.hardware import Hardware
 from ..protocol.baselines import METHODS
 from ..protocol.runtime import Parts, SpecConfig
 from ..protocol.types import Task, Trajectory
-from ..telemetry.resources import RoleDeployment, report_from_ledger
+from ..telemetry.resources import report_from_ledger
 from ..tools.tau2 import Grader, Tau2Domain
 from .results import TrialResult, block_stats, repair_cache, role_usage
 from .simulation import SimSettings, simulated_parts
 
 HIDDEN = {"specactions": frozenset({"speculate"})}
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """The estimated deployment: strong and weak model specs on named GPU profiles (see costs/data)."""
-
-    strong_model: str = "qwen3.5-397b-a17b"
-    weak_model: str = "qwen3-4b"
-    gpu: str = "h20"
-    strong_gpus: int = 16
-    weak_gpus: int = 1
-
-    def deployments(self) -> dict[str, RoleDeployment]:
-        """Each role's model spec on its GPUs, as the resource report needs them."""
-        gpu = load_gpu(self.gpu)
-        return {"strong": RoleDeployment(spec=load_model(self.strong_model), gpu=gpu, n_gpus=self.strong_gpus),
-                "weak": RoleDeployment(spec=load_model(self.weak_model), gpu=gpu, n_gpus=self.weak_gpus)}
 
 
 @dataclass(frozen=True)
@@ -83,16 +66,15 @@ async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> 
     start = time.perf_counter()
     trajectory = await METHODS[method](task, parts, cfg.spec)
     wall = time.perf_counter() - start
-    hw = cfg.hardware
-    gpu = load_gpu(hw.gpu)
     hidden = HIDDEN.get(method, frozenset())
-    deployments = hw.deployments()
+    deployments = cfg.hardware.deployments()
+    strong, weak = deployments["strong"], deployments["weak"]
     return TrialResult(
         method=method, task_id=task_id, trial=trial,
         reward=grade(trajectory),
         termination=trajectory.termination.value, committed_steps=len(trajectory.steps), wall_s=wall,
-        strong=role_usage(parts.ledger, "strong", load_model(hw.strong_model), gpu, hw.strong_gpus),
-        weak=role_usage(parts.ledger, "weak", load_model(hw.weak_model), gpu, hw.weak_gpus, hidden),
+        strong=role_usage(parts.ledger, "strong", strong.spec, strong.gpu, strong.n_gpus),
+        weak=role_usage(parts.ledger, "weak", weak.spec, weak.gpu, weak.n_gpus, hidden),
         blocks=block_stats(trajectory), resources=report_from_ledger(parts.ledger, deployments),
         **repair_cache(parts.ledger),
     )

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..costs.hardware import Hardware
 from ..protocol.baselines import METHODS
 
 
@@ -199,6 +200,8 @@ class AppConfig(Strict):
     coordinators: int = Field(1, ge=1, le=64, description="coordinator shards, each owning its sessions, its "
                               "session log namespace and its lease; admission limits hold per shard")
     defaults: SessionDefaults = SessionDefaults()
+    hardware: Hardware = Field(Hardware(), description="the deployment each session's resource report "
+                               "estimates GPU-s, HBM and FLOPs for (model specs and GPU profile from costs/data)")
     session_log: str = ".specagent/sessions"
 
     @model_validator(mode="after")

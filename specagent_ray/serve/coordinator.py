@@ -267,13 +267,11 @@ class Coordinator:
         s = self._get(sid, owner)
         gradable = grade and s.reward is None and s.status == "done" and s.domain
         ungraded = await self.sources.graded(s) if gradable else None
-        from ..bench.tau2 import Hardware
-
         return {**summary(s), **({"grade_error": ungraded} if ungraded else {}),
                 "method": s.request.method or self.cfg.defaults.method,
                 "task_id": s.task.id, "opening": s.task.instruction, "reward": s.reward,
                 "steps": [step_dict(x) for x in s.steps], "usage": usage_by_role(s.ledger),
-                "resources": resource_report(s.ledger, Hardware())}
+                "resources": resource_report(s.ledger, self.cfg.hardware)}
 
     def stats(self) -> dict[str, Any]:
         m = self.metrics

@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..costs.hardware import Hardware
 from ..costs.ledger import Ledger
 from ..telemetry.resources import report_from_ledger
 from .records import Commit, ProtocolEvent, Record
@@ -22,10 +23,11 @@ def usage_by_role(ledger: Ledger) -> dict[str, dict[str, Any]]:
     return out
 
 
-def resource_report(ledger: Ledger, hardware: Any) -> dict[str, Any]:
-    """The session's resource report on the named deployment (GPU-s, HBM bytes and FLOPs are
-    estimated; each field says so)."""
-    return report_from_ledger(ledger, hardware.deployments()).model_dump(mode="json")
+def resource_report(ledger: Ledger, hardware: Hardware) -> dict[str, Any]:
+    """The session's resource report on the profile's deployment, which it names under ``hardware``
+    (GPU-s, HBM bytes and FLOPs are estimated; each field says so)."""
+    report = report_from_ledger(ledger, hardware.deployments()).model_dump(mode="json")
+    return {**report, "hardware": hardware.model_dump()}
 
 
 def percentiles(values: Sequence[float], qs: Sequence[float] = (50, 90, 99)) -> dict[str, float | int | None]:

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from specagent_ray.costs.hardware import Hardware
 from specagent_ray.serve.api import ClientTool, CreateSession, ToolResult, UserMessage
 from specagent_ray.serve.config import (
     AppConfig,
@@ -24,6 +25,7 @@ from specagent_ray.serve.sim_engine import SimEngine
 from specagent_ray.serve.tool_host import ShardedToolHost, ToolHost
 from specagent_ray.storage.base import StoreError
 from specagent_ray.storage.local import LocalStore
+from specagent_ray.telemetry.resources import report_from_ledger
 
 FAST = LatencyModel(draft_base_s=0.001, draft_per_request_s=0, verify_base_s=0.002, verify_per_request_s=0,
                     step_base_s=0.001)
@@ -105,6 +107,20 @@ async def test_sessions_run_to_completion_with_batched_verifies_and_a_durable_lo
     replayed = coord.log.replay().sessions
     assert set(replayed) == set(sids)
     assert all(records[-1]["t"] == "final" for records in replayed.values())
+
+
+@pytest.mark.parametrize("hardware", [Hardware(), Hardware(strong_model="qwen3-235b-a22b", gpu="h200", strong_gpus=8)])
+async def test_a_served_resource_report_is_estimated_on_the_profiles_hardware(tmp_path, hardware):
+    """The report names the deployment in the app's config and its estimates are that deployment's."""
+    cluster = Cluster(tmp_path, config().model_copy(update={"hardware": hardware}))
+    await cluster.coordinator.start()
+    sid = (await cluster.coordinator.create(sim("7")))["session_id"]
+    await finish(cluster.coordinator, [sid])
+    report = (await cluster.coordinator.trajectory(sid))["resources"]
+    assert report["hardware"] == hardware.model_dump()
+    s = cluster.coordinator.sessions[sid]
+    expected = report_from_ledger(s.ledger, hardware.deployments()).model_dump(mode="json")
+    assert {k: report[k] for k in expected} == expected
 
 
 async def test_finished_sessions_free_their_tool_environments_and_only_the_newest_stay_in_memory(tmp_path):

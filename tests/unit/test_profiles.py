@@ -67,3 +67,28 @@ def test_the_main_job_picks_each_benchmark_sources_first_tasks():
     assert default_tasks("sim", "files", 2) == ("multi_turn_base_0", "multi_turn_base_1")
     with pytest.raises(ValueError, match="no benchmark tool source 'nope'"):
         default_tasks("sim", "nope", 2)
+
+
+def _app_args(name: str) -> dict:
+    return next(a for a in load_profile(name).applications if a.name == "specagent").args
+
+
+@pytest.mark.parametrize("name", [p for p in PROFILES if p != "local-cpu"])
+def test_each_profile_names_the_hardware_its_reports_are_estimated_for(name):
+    """No profile relies on the default deployment silently: the resource report says what it estimates."""
+    assert "hardware" in _app_args(name)
+
+
+def test_gpu_profile_reports_are_estimated_on_the_hardware_it_deploys():
+    from specagent_ray.serve.config import AppConfig
+
+    hardware = AppConfig.model_validate(_app_args("gpu-tp16")).hardware
+    engines = next(a for a in load_profile("gpu-tp16").applications if a.name == "engines").args["llm_configs"]
+    by_id = {c["model_loading_config"]["model_id"]: c for c in engines}
+    for role, model, gpus in (("verifier", hardware.strong_model, hardware.strong_gpus),
+                              ("drafter", hardware.weak_model, hardware.weak_gpus)):
+        c = by_id[role]
+        kw = c["engine_kwargs"]
+        assert c["model_loading_config"]["model_source"].rstrip("/").rsplit("/", 1)[-1] == model
+        assert kw.get("tensor_parallel_size", 1) * kw.get("pipeline_parallel_size", 1) == gpus
+        assert c["accelerator_type"].lower() == hardware.gpu
