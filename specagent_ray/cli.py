@@ -254,7 +254,7 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
     from .bench.report import LIVE_LABELS, SIMULATED_LABELS, plot, summarize, theory_check, write_json
-    from .bench.simulation import SimSettings
+    from .models.gold import SimSettings
     from .bench.tau2 import BenchConfig, run_bench, task_ids
     from .costs.hardware import Hardware
     from .protocol.runtime import SpecConfig
@@ -309,7 +309,8 @@ def _run_live(args: argparse.Namespace, cfg, advance):
     """Real engines: endpoints as given, or model folders served locally for the run's duration."""
     from contextlib import ExitStack
 
-    from .bench.live import Endpoint, LiveConfig, run_live
+    from .bench.live import LiveConfig, run_live
+    from .models.backend import ChatEndpoint
     from .models.prompts import PromptConfig
     from .bench.tau2 import task_ids
     from .costs.pricing import load_price
@@ -325,10 +326,10 @@ def _run_live(args: argparse.Namespace, cfg, advance):
             served = stack.enter_context(local_engines({
                 args.weak_model if role == "weak" else args.strong_model: path for role, path in folders.items()}))
             urls = {role: served for role in folders}
-        weak = Endpoint(urls.get("weak", args.weak), args.weak_model, args.weak_api_key)
-        strong = Endpoint(urls.get("strong", args.strong), args.strong_model, args.api_key)
-        user = Endpoint(args.user_url, args.user_model or args.strong_model, args.api_key) if args.user_url else (
-            Endpoint(strong.url, args.user_model, args.api_key) if args.user_model else None)
+        weak = ChatEndpoint(urls.get("weak", args.weak), args.weak_model, args.weak_api_key)
+        strong = ChatEndpoint(urls.get("strong", args.strong), args.strong_model, args.api_key)
+        user = ChatEndpoint(args.user_url, args.user_model or args.strong_model, args.api_key) if args.user_url else (
+            ChatEndpoint(strong.url, args.user_model, args.api_key) if args.user_model else None)
         live = LiveConfig(weak=weak, strong=strong, user=user, domain=cfg.domain, methods=cfg.methods,
                           task_ids=tuple(task_ids(cfg)), trials=cfg.trials, spec=cfg.spec, hardware=cfg.hardware,
                           prices=prices, max_tokens=args.max_tokens,
@@ -337,13 +338,9 @@ def _run_live(args: argparse.Namespace, cfg, advance):
 
 
 def _policy(domain: str) -> str:
-    if domain.startswith("bfcl-"):
-        from .bench.bfcl import POLICY
+    from .benchmarks import benchmark
 
-        return POLICY
-    from .tools.tau2 import Tau2Domain
-
-    return Tau2Domain.load(domain).policy
+    return benchmark(domain).policy
 
 
 def _edge_cloud_table(summary, args) -> Table:

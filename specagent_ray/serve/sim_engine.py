@@ -39,7 +39,7 @@ class SimEngine:
     per request, in order; an answer is a ``Proposal``/``Review`` or the exception that request raised."""
 
     def __init__(self, role: Role, engines: SimEngines):
-        from ..bench.simulation import SimSettings
+        from ..models.gold import SimSettings
 
         self.role = role
         self.latency = engines.latency
@@ -50,16 +50,11 @@ class SimEngine:
     def _models(self, r: SimRequest) -> tuple:
         models = self._sessions.get(r.session_id)
         if models is None:
-            from ..bench.simulation import SimSettings, simulated_models
-            from ..tools.tau2 import Tau2Domain
+            from ..benchmarks import benchmark
+            from ..models.gold import SimSettings
 
             settings = SimSettings.for_domain(r.domain, self.settings.seed)  # the domain's calibration
-            if r.domain.startswith("bfcl-"):
-                from ..bench.bfcl import bfcl_models
-
-                models = bfcl_models(r.domain, r.task_id, r.trial, settings)
-            else:
-                models = simulated_models(Tau2Domain.load(r.domain), r.task_id, r.trial, settings)
+            models = benchmark(r.domain).sim_models(r.task_id, r.trial, settings)
             self._sessions[r.session_id] = models
             while len(self._sessions) > MAX_SESSIONS:
                 self._sessions.popitem(last=False)

@@ -80,14 +80,10 @@ class ToolSources:
     @staticmethod
     def grade(s: Session) -> float:
         """The benchmark's own reward for a finished session (blocking: run it in a thread)."""
+        from ..benchmarks import benchmark
+
         trajectory = Trajectory(History(s.task, tuple(s.steps)), Termination(s.termination))
-        if s.domain.startswith("bfcl-"):
-            from ..bench.bfcl import grade
-
-            return grade(s.domain, s.task.id, trajectory)
-        from ..tools.tau2 import Grader, Tau2Domain
-
-        return Grader(Tau2Domain.load(s.domain)).reward(s.task.id, trajectory, s.task.instruction)
+        return benchmark(s.domain).grade(s.task, trajectory)
 
     def domain_of(self, req: CreateSession) -> str:
         """The benchmark a request's source serves: a tau2 domain, ``bfcl-<category>``, or ''."""
@@ -111,12 +107,11 @@ class ToolSources:
         if req.task_id is None or req.task_id not in domain.tasks:
             raise BadRequest(f"task_id {req.task_id!r} is not a {source.domain} task "
                              f"({len(domain.tasks)} tasks, e.g. {', '.join(list(domain.tasks)[:3])})")
-        tau2_task = domain.tasks[req.task_id]
         if req.user == "simulated":
-            from ..bench.simulation import first_user_message
+            from ..benchmarks import benchmark
 
-            return Task(req.task_id, first_user_message(tau2_task), tau2_task)
-        return Task(req.task_id, req.message or "", tau2_task)  # a tau2 user speaks first in the runner
+            return benchmark(source.domain).task(req.task_id)  # the scripted customer's opening
+        return Task(req.task_id, req.message or "", domain.tasks[req.task_id])  # a tau2 user speaks first in the runner
 
     @staticmethod
     async def bfcl_cases(name: str, source: BfclSource) -> dict[str, Any]:

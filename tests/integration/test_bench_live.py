@@ -153,7 +153,8 @@ def test_telecom_live_the_users_own_tools_run_on_their_side_and_reach_the_grader
 
 
 async def test_the_live_user_runs_its_tools_on_the_users_side_and_reports_them(endpoint):
-    from specagent_ray.bench.live import Endpoint, Tau2User
+    from specagent_ray.models.backend import ChatEndpoint as Endpoint
+    from specagent_ray.models.users import Tau2User
     from specagent_ray.tools.tau2 import Tau2Domain, Tau2Tools
 
     telecom = Tau2Domain.load("telecom")

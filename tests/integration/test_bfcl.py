@@ -8,8 +8,9 @@ import inspect
 
 import pytest
 
-from specagent_ray.bench.bfcl import bfcl_parts, grade
-from specagent_ray.bench.simulation import SimSettings
+from specagent_ray.bench.bfcl import bfcl_parts
+from specagent_ray.benchmarks import benchmark
+from specagent_ray.models.gold import SimSettings
 from specagent_ray.models.simulated import ErrorRates
 from specagent_ray.protocol import METHODS, SpecConfig
 from specagent_ray.protocol.types import Action, ActionKind, Effect, History, Observation, Step, Task, ToolCall
@@ -19,6 +20,11 @@ from specagent_ray.tools.bfcl import (
 )
 
 ZERO = SimSettings(strong=ErrorRates(), weak=ErrorRates())
+
+
+def grade(domain: str, case_id: str, trajectory) -> float:
+    bench = benchmark(domain)
+    return bench.grade(bench.task(case_id), trajectory)
 
 
 def test_every_function_of_every_backend_is_in_the_reviewed_table_and_nothing_else():
@@ -99,7 +105,7 @@ def test_zero_error_strong_only_scores_every_case_of_every_category(category):
 
 
 def test_asking_the_user_is_the_gold_step_where_a_parameter_is_missing_and_the_verifier_is_told_so():
-    from specagent_ray.bench.bfcl import ASK, gold_script
+    from specagent_ray.models.gold import ASK, bfcl_gold_script as gold_script
     from specagent_ray.models.prompts import verify_instruction
 
     case = next(c for c in load_cases("miss_param").values() if () in c.ground_truth)

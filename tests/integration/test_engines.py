@@ -156,7 +156,9 @@ def test_specagent_runs_tau2_airline_tasks_through_the_engines(engines):
     Random-weight models say nothing sensible, so this asserts mechanics, not quality."""
     import asyncio
 
-    from specagent_ray.bench.live import GREETING, Endpoint, LiveConfig, live_parts
+    from specagent_ray.bench.live import LiveConfig, live_parts
+    from specagent_ray.models.backend import ChatEndpoint as Endpoint
+    from specagent_ray.models.users import GREETING
     from specagent_ray.protocol import METHODS, SpecConfig, Task
     from specagent_ray.tools.tau2 import Grader, Tau2Domain
 

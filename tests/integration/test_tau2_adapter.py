@@ -4,7 +4,8 @@ import asyncio
 
 import pytest
 
-from specagent_ray.bench.simulation import SimSettings, simulated_parts
+from specagent_ray.bench.simulation import simulated_parts
+from specagent_ray.models.gold import SimSettings
 from specagent_ray.models.simulated import ErrorRates
 from specagent_ray.protocol import METHODS, Effect, SpecConfig, ToolCall
 from specagent_ray.tools.tau2 import Grader, Tau2Domain, Tau2Tools

@@ -7,7 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from specagent_ray.bench.simulation import GoldUser, SimSettings, simulated_parts
+from specagent_ray.bench.simulation import simulated_parts
+from specagent_ray.models.gold import SimSettings
+from specagent_ray.models.users import GoldUser
 from specagent_ray.models.simulated import ErrorRates
 from specagent_ray.protocol import METHODS, Effect, SpecConfig, ToolCall
 from specagent_ray.protocol.types import Observation, UserToolCall

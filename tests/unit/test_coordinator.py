@@ -493,7 +493,7 @@ async def test_telecom_users_never_run_a_call_twice_across_a_coordinator_crash(t
     assert all(coord.sessions[s].status == "done" for s in sids)
     user_keys = {k: n for k, n in cluster.tools.write_executions.items() if k.split(":")[-1].startswith("u")}
     assert user_keys and max(user_keys.values()) == 1
-    from specagent_ray.bench.simulation import user_requests
+    from specagent_ray.models.gold import user_requests
 
     for sid, task in zip(sids, tasks):  # nor again under a new key: at most the calls the task asks for
         assert sum(k.startswith(sid + ":") for k in user_keys) <= len(user_requests(telecom, task))
