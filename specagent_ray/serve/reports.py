@@ -10,7 +10,10 @@ from typing import Any
 from ..costs.hardware import Hardware
 from ..costs.ledger import Ledger
 from ..telemetry.resources import report_from_ledger
+from .config import AppConfig
 from .records import Commit, ProtocolEvent, Record
+from .session import Session, summary
+from .wire import step_dict
 
 
 def usage_by_role(ledger: Ledger) -> dict[str, dict[str, Any]]:
@@ -68,3 +71,30 @@ def merged(counters: Iterable[Mapping[int, int]]) -> dict[int, int]:
         for size, n in c.items():
             out[size] = out.get(size, 0) + n
     return dict(sorted(out.items()))
+
+
+def shard_stats(c: Any) -> dict[str, Any]:
+    """One coordinator shard's ``/v1/stats``: sessions by status, verifier batch sizes, coordinator
+    overhead per committed step, the session log's health and the process's CPU time."""
+    m = c.metrics
+    batches = {name: merged(b.sizes for b in group) for name, group in c.engines.batchers().items()}
+    return {"engines": c.cfg.engines.kind, "shard": c.shard,
+            "sessions": {"running": len(c.admission), **m.finished},
+            "in_memory": len(c.sessions),
+            "committed_steps": m.committed_steps, "overhead_s": percentiles(m.overheads),
+            "intent_log_wait_s": percentiles(m.log_waits), "batch_sizes": batches,
+            "queued": c.engines.queued(), "log_flushes": c.log.flushes, "resumed": c.recovery.resumed,
+            "log": {"epoch": c.log.epoch, "flushes": c.log.flushes, "compactions": c.log.compactions,
+                    "fenced": c.fenced, "problems": c.recovery.problems, "broken_sessions": dict(c.recovery.broken)},
+            "fallbacks": m.fallbacks, "redrafts": m.redrafts,
+            # CPU time of the coordinator's whole process (all threads, Ray's included) since it started
+            "process_cpu_s": round(time.process_time() - m.cpu_at_start, 3)}
+
+
+def trajectory_report(s: Session, cfg: AppConfig) -> dict[str, Any]:
+    """``GET /v1/sessions/{id}``: the session's summary, committed steps, tokens by role, and the resource
+    report estimated on the profile's hardware."""
+    return {**summary(s), "method": s.request.method or cfg.defaults.method,
+            "task_id": s.task.id, "opening": s.task.instruction, "reward": s.reward,
+            "steps": [step_dict(x) for x in s.steps], "usage": usage_by_role(s.ledger),
+            "resources": resource_report(s.ledger, cfg.hardware)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableSequence, Sequence
+from collections.abc import Awaitable, Callable, Iterator, MutableSequence, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,9 +30,8 @@ from ..protocol.types import (
 )
 from ..tools.schema import SchemaValidator
 from .api import CreateSession
-from .errors import NotFound
+from .errors import BadRequest, Conflict, NotFound, Overloaded
 from .records import (
-    AgentMessage,
     Commit,
     Final,
     Intent,
@@ -42,7 +41,6 @@ from .records import (
     Result,
     ToolCallPending,
     ToolResultPosted,
-    ToolResultRecord,
     UserMessageRecord,
     parse,
 )
@@ -131,14 +129,29 @@ class Session:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def wait_events(self, after: int, wait_s: float) -> list[dict[str, Any]]:
+    async def wait_events(self, after: int, wait_s: float) -> dict[str, Any]:
+        """The public events from ``after`` on, waiting up to ``wait_s`` for one if there are none yet;
+        ``done`` once the reader has seen the ``final`` event."""
+        if after < 0:
+            raise BadRequest(f"after must be >= 0, got {after}")
         if len(self.events) <= after and not (self.events and self.events[-1]["t"] == "final"):
             changed = self._changed
             try:
                 await asyncio.wait_for(changed.wait(), wait_s)
             except TimeoutError:
                 pass
-        return self.events[after:]
+        events = self.events[after:]
+        done = bool(self.events) and self.events[-1]["t"] == "final" and after + len(events) >= len(self.events)
+        return {"events": events, "status": self.status, "done": done}
+
+    async def cancel(self) -> None:
+        """Stop the session's runner and wait for it to record its end."""
+        if self.runner is not None and not self.runner.done():
+            self.runner.cancel()
+            try:
+                await self.runner
+            except BaseException:  # noqa: BLE001 - the runner records its own end
+                pass
 
     # -- the protocol's Journal -------------------------------------------------------------------
 
@@ -252,6 +265,29 @@ class Session:
             for message in posted[answered:]:
                 self.inbox.put_nowait(message)
 
+    # -- the client's messages and tools --------------------------------------------------------------
+
+    def repeated_message(self, key: str | None, text: str, stop: bool) -> bool:
+        """True if ``key`` already posted this message (409 if it posted another)."""
+        if key is None or key not in self.message_keys:
+            return False
+        if self.message_keys[key] != (text, stop):
+            raise Conflict("this Idempotency-Key was used for a different message")
+        return True
+
+    def post_message(self, text: str, stop: bool, key: str | None, inbox_limit: int) -> None:
+        """Record the user's message and queue it for the agent (409: the session's user is not the
+        client; 429: ``inbox_limit`` messages wait unanswered)."""
+        if self.request.user != "client":
+            raise Conflict(f"session {self.id}'s user is {self.request.user!r}; only client-user sessions take "
+                           "messages")
+        if self.inbox.qsize() >= inbox_limit:
+            raise Overloaded(f"session {self.id} holds {inbox_limit} unanswered messages, its limit", 1)
+        self.record(UserMessageRecord(text=text, stop=stop, idempotency_key=key))
+        if key is not None:
+            self.message_keys[key] = (text, stop)
+        self.inbox.put_nowait((text, stop))
+
     # -- client-side tools --------------------------------------------------------------------------
 
     async def client_call(self, call: ToolCall, call_id: str) -> Observation:
@@ -291,104 +327,6 @@ def call_dict(call: CallRecord) -> dict[str, Any]:
 
 def call_from(data: dict[str, Any]) -> CallRecord:
     return CallRecord(data["role"], data["purpose"], Usage(*data["usage"]), data["wall_s"])
-
-
-Execute = Callable[[ToolCall, "str | None"], Awaitable[Observation]]
-
-
-class SessionTools:
-    """The protocol's ``ToolAdapter`` for one session. Writes get an intent (made durable before they
-    run) and an idempotency key; every observation is recorded as a ``tool_result`` event."""
-
-    def __init__(self, session: Session, catalog: Catalog, run: Execute, durable: Callable[[], Awaitable[None]]):
-        self.session = session
-        self.catalog = catalog
-        self._run = run
-        self._durable = durable
-
-    def classify(self, call: ToolCall) -> Effect:
-        return self.catalog.effect(call.name)
-
-    def validate(self, call: ToolCall) -> str | None:
-        return self.catalog.validator.check(call)
-
-    async def execute(self, call: ToolCall) -> Observation:
-        if self.classify(call) is Effect.WRITE:
-            key = self.session.intent(call)
-            with self.session.waiting_for_log():
-                await self._durable()  # the intent is stored before the write can have any effect
-            obs = await self.run_keyed(call, key)
-        else:
-            with self.session.outside():
-                obs = await self._run(call, None)
-        self.session.record(ToolResultRecord(name=call.name, observation=observation_dict(obs)))
-        return obs
-
-    async def finish_intents(self) -> None:
-        """Writes whose intent was logged but whose step was not committed before a restart: run them
-        under their own key (the tool host answers a spent key with its first result) and commit."""
-        s = self.session
-        for intent in s.unresolved_intents():
-            call = ToolCall(intent.call.name, intent.call.arguments)
-            s.resolved(intent, s.results.get(intent.key) or await self.run_keyed(call, intent.key))
-
-    async def run_keyed(self, call: ToolCall, key: str) -> Observation:
-        with self.session.outside():
-            obs = await self._run(call, key)
-        self.session.result(key, obs)
-        return obs
-
-
-class ClientUser:
-    """The user is the client: an agent message is published, and the session waits for the reply
-    the client posts. A reply with ``stop`` ends the conversation."""
-
-    def __init__(self, session: Session):
-        self.session = session
-
-    async def reply(self, text: str) -> Observation:
-        s = self.session
-        s.record(AgentMessage(text=text))
-        s.status = "waiting_user"
-        try:
-            with s.outside():
-                answer, stop = await s.from_client(s.inbox.get(), "user message")
-        finally:
-            if s.status == "waiting_user":
-                s.status = "running"
-        return Observation(answer, user_stop=stop)
-
-
-class TimedUser:
-    """Any protocol ``User`` whose time counts as outside the coordinator, with the exchange recorded."""
-
-    def __init__(self, session: Session, user: Any):
-        self.session, self.user = session, user
-
-    async def reply(self, text: str) -> Observation:
-        self.session.record(AgentMessage(text=text))
-        with self.session.outside():
-            obs = await self.user.reply(text)
-        self.session.record(UserMessageRecord(text=obs.content, stop=obs.user_stop))
-        return obs
-
-
-def user_for(s: Session, engines: Any, env: Mapping[str, str], run_user: Any = None) -> Any:
-    """Who answers as the session's user: the client, the scripted tau2 customer (sim engines; in a
-    dual-control domain it runs its own tools with ``run_user``), or tau2's LLM user simulator on the
-    profile's user (or verifier) endpoint."""
-    if s.request.user == "client":
-        return ClientUser(s)
-    if s.request.user == "simulated":
-        from ..benchmarks import benchmark
-
-        return TimedUser(s, benchmark(s.domain).scripted_user(s.task, s.steps, run_user))
-    from ..models.backend import ChatEndpoint
-    from ..models.users import Tau2User
-
-    who = engines.user or engines.verifier
-    key = env.get(who.api_key_env, "EMPTY") if who.api_key_env else "EMPTY"
-    return TimedUser(s, Tau2User(s.task.context, ChatEndpoint(who.url, who.model, key), engines.user_max_tokens))
 
 
 def summary(s: Session) -> dict[str, Any]:

@@ -135,7 +135,7 @@ def crash(coord: Coordinator) -> None:
     """Crash a coordinator: its store connection is cut first (nothing queued reaches the store), then its
     tasks are cancelled. The lease is not released: a successor waits it out."""
     coord.view.sever()  # type: ignore[attr-defined]
-    for task in (coord._flusher, coord.log._renewer, *(s.runner for s in coord.sessions.values())):
+    for task in (coord.commits.flusher, coord.log._renewer, *(s.runner for s in coord.sessions.values())):
         if task is not None:
             task.cancel()
 

@@ -61,7 +61,7 @@ class Cluster:
     async def crash_and_restart(self) -> Coordinator:
         old = self.coordinator
         old.log.store = None  # nothing more reaches the log: what is not durable is lost, as in a crash
-        old._flusher.cancel()
+        old.commits.flusher.cancel()
         for s in old.sessions.values():
             if s.runner is not None:
                 s.runner.cancel()
@@ -184,7 +184,7 @@ async def test_a_crashed_coordinator_resumes_every_session_and_runs_no_write_twi
     before = {sid: len(coord.sessions[sid].steps) for sid in sids}
     durable = {sid: sum(len(e["steps"]) for e in coord.sessions[sid].events if e["t"] == "commit") for sid in sids}
     coord = await cluster.crash_and_restart()
-    assert coord.resumed > 0
+    assert coord.recovery.resumed > 0
     await finish(coord, sids)
     assert all(coord.sessions[s].status == "done" for s in sids)
     for sid in sids:  # every commit a client could have seen survived, in order

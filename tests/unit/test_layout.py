@@ -53,3 +53,9 @@ def test_the_walls_catch_a_relative_import(tmp_path):
 @pytest.mark.parametrize("wall", ["serve", "protocol", "models", "tools", "costs", "telemetry", "storage"])
 def test_the_serving_layer_never_imports_the_bench(wall):
     assert offenders(wall, "specagent_ray.bench") == []
+
+
+def test_the_coordinator_only_coordinates():
+    """Assembly, recovery, group commit and reports live in their own modules; the coordinator stays small."""
+    lines = len((PACKAGE / "serve" / "coordinator.py").read_text().splitlines())
+    assert lines < 250, f"serve/coordinator.py has {lines} lines"

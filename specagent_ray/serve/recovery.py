@@ -1,0 +1,56 @@
+"""Replaying the session log after a restart: every session whose records can be read is restored
+(by the coordinator's ``restore``); one whose records cannot be read or restored is reported, with the
+reason, and not served, while the others are."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from .records import Created, parse
+from .session_log import SessionLog
+
+log = logging.getLogger(__name__)
+
+
+class Recovery:
+    """What replay found: the sessions that could not be restored (the newest ``retain``, with their
+    reasons), the log's unreadable lines, and how many unfinished sessions were resumed."""
+
+    def __init__(self, retain: int):
+        self.retain = retain
+        self.broken: dict[str, str] = {}
+        self.problems = 0
+        self.resumed = 0
+
+    async def replay(self, session_log: SessionLog, restore: Callable[[str, list[dict[str, Any]]], Awaitable[None]],
+                     drop: Callable[[str], None]) -> None:
+        """Take the log's lease, read it, and ``restore`` each readable session; a session whose
+        restore fails is ``drop``ped and reported. One bad session never stops the others."""
+        replay = await session_log.open()
+        self.problems = len(replay.problems)
+        for sid, reason in replay.broken.items():
+            self.report(sid, reason)
+        for sid, records in replay.sessions.items():
+            if sid in self.broken:
+                continue
+            try:
+                await restore(sid, records)
+            except Exception as exc:  # noqa: BLE001 - one bad session must not stop the others
+                log.exception("could not restore session %s", sid)
+                drop(sid)
+                self.report(sid, f"restore failed: {type(exc).__name__}: {exc}")
+
+    def report(self, sid: str, reason: str) -> None:
+        self.broken[sid] = reason
+        while len(self.broken) > self.retain:
+            self.broken.pop(next(iter(self.broken)))
+
+
+def created_record(sid: str, records: Sequence[dict[str, Any]]) -> Created:
+    """A session's first record, which must be its ``created``."""
+    created = parse(records[0]) if records else None
+    if not isinstance(created, Created):
+        raise ValueError(f"session {sid}: its log does not start with 'created'")
+    return created
