@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
 def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
-    from .bench.report import LIVE_LABELS, SIMULATED_LABELS, plot, summarize, theory_check, write_json
+    from .bench.report import LIVE_LABELS, SIMULATED_LABELS, method_summaries, plot, theory_check, write_json
     from .models.gold import SimSettings
     from .bench.tau2 import BenchConfig, run_bench, task_ids
     from .costs.hardware import Hardware
@@ -281,7 +281,7 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
         bar = progress.add_task(f"{_bench_name(cfg.domain)} ({what})", total=total)
         advance = lambda n: progress.advance(bar, n)  # noqa: E731
         results = _run_live(args, cfg, advance) if live else run_bench(cfg, advance)
-    summary = summarize(results, seed=args.seed)
+    summary = method_summaries(results, seed=args.seed)
     theory = [t for m in cfg.methods if m.startswith("specagent") and (t := theory_check(results, m))]
     for table in _summary_tables(summary, cfg, live):
         console.print(table)

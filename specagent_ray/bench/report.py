@@ -54,7 +54,7 @@ def _share(part: float, whole: float) -> float:
     return part / whole if whole else math.nan
 
 
-def summarize(results: Sequence[TrialResult], seed: int = 0) -> list[MethodSummary]:
+def method_summaries(results: Sequence[TrialResult], seed: int = 0) -> list[MethodSummary]:
     groups = by_method(results)
     strong, weak = groups.get("strong"), groups.get("weak")
     p_strong = pass_at_1(strong) if strong else math.nan

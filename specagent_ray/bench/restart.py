@@ -101,7 +101,7 @@ async def _time_to_ready(store: LocalStore, retain: int) -> dict[str, Any]:
     stats = coord.stats()
     # Stop as a crash would (nothing more is written), then hand the lease back for the next start.
     coord.log.store = None  # type: ignore[assignment]
-    for task in (coord._flusher, coord.log._renewer, *(s.runner for s in coord.sessions.values())):
+    for task in (coord.commits.flusher, coord.log._renewer, *(s.runner for s in coord.sessions.values())):
         if task is not None:
             task.cancel()
     await asyncio.sleep(0.05)

@@ -134,7 +134,7 @@ def report_scale(console: Console, shard_counts: tuple[int, ...], sessions: int,
                    f"{r['bound_steps_per_s']:.2f}", f"{r['session_steps_per_s'] / r['bound_steps_per_s']:.0%}",
                    f"{r['overhead_p99_ms']:.1f}", f"{r['cpu_ms_per_step']:.2f}")
         console.print(lt)
-    console.print("Goals (issue 14): coordinator CPU <= 1 ms/step at 1,000 sessions and <= 5 ms at 10; idle < 2 % "
+    console.print("Goals: coordinator CPU <= 1 ms/step at 1,000 sessions and <= 5 ms at 10; idle < 2 % "
                   "of a core; latency-bound steps/s >= 90 % of the bound with overhead p99 < 5 ms. CPU is the "
                   "coordinator processes' (all threads) summed over shards; on 2 cores, total steps/s cannot "
                   "grow with shards: what must hold is that CPU per step does not grow and the shares are even.")

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .processes import run_parts, split
-from .report import print_summary, summarize, write_outputs
+from .report import print_summary, load_summary, write_outputs
 from .runner import LoadAborted, LoadConfig, LoadRun
 from .workload import Workload, parse_mix
 
@@ -131,7 +131,7 @@ def _run(cfg: LoadConfig, out: Path, console: Console, processes: int = 1) -> in
         except LoadAborted as exc:
             console.print(f"[red]load test not started:[/red] {escape(str(exc))}", soft_wrap=True)
             return 2
-    summary = summarize(result)
+    summary = load_summary(result)
     paths = write_outputs(result, summary, out)
     print_summary(console, summary)
     console.print("wrote " + ", ".join(str(p) for p in paths))

@@ -21,7 +21,7 @@ QS = (50, 95, 99)
 BUCKET_S = 5.0
 
 
-def summarize(result: LoadResult) -> dict[str, Any]:
+def load_summary(result: LoadResult) -> dict[str, Any]:
     cfg, load = result.config, result.load()
     wall = max(result.wall_s, 1e-9)
     done = [r for r in load if r.outcome == "done"]

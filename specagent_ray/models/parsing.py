@@ -43,7 +43,7 @@ def parse_action(text: object, tool_names: Collection[str], finish_reason: str |
     """The action in ``text``: ``{"kind": "tool", "name", "arguments"} | {"kind": "message", "text"}
     | {"kind": "stop"}``. Raises ``MalformedOutput`` (and nothing else) if there is none."""
     try:
-        return action_from(load_object(text, finish_reason), tool_names)
+        return action_from_json(load_object(text, finish_reason), tool_names)
     except MalformedOutput:
         raise
     except Exception as exc:  # a bug here must still never let unparsed output through
@@ -190,7 +190,7 @@ def _kind(value: object) -> str:
 
 # -- from a JSON object to protocol values ---------------------------------------------------------
 
-def action_from(obj: Mapping[str, Any], tool_names: Collection[str]) -> Action:
+def action_from_json(obj: Mapping[str, Any], tool_names: Collection[str]) -> Action:
     kind = obj.get("kind")
     if "kind" not in obj:
         raise MalformedOutput("missing field 'kind'")
@@ -219,7 +219,7 @@ def verdict_from(obj: Mapping[str, Any], n: int, tool_names: Collection[str]) ->
     if not isinstance(raw, dict):
         raise MalformedOutput(f"repair malformed: expected an object or null, got {_kind(raw)}")
     try:
-        repair = action_from(raw, tool_names)
+        repair = action_from_json(raw, tool_names)
     except MalformedOutput as exc:
         raise MalformedOutput(f"repair malformed: {exc}") from None
     return Verdict(j, reason, repair)

@@ -40,7 +40,7 @@ async def _single_author(task: Task, parts: Parts, config: SpecConfig, role: str
     while run.next_round():
         proposal = await run.propose(role, "step")  # type: ignore[arg-type]
         if proposal is not None:
-            await run.take(proposal.action, role)  # type: ignore[arg-type]
+            await run.execute_and_commit(proposal.action, role)  # type: ignore[arg-type]
     return run.trajectory()
 
 
@@ -53,12 +53,12 @@ async def run_agentcollab(task: Task, parts: Parts, config: SpecConfig = SpecCon
         after_error = last is not None and last.observation is not None and last.observation.error
         why = _escalation_reason(run, proposal, after_error)
         if why is None:
-            await run.take(proposal.action, "weak")  # type: ignore[union-attr]
+            await run.execute_and_commit(proposal.action, "weak")  # type: ignore[union-attr]
             continue
         run.note("escalated", why)
         strong = await run.propose("strong", "escalate", feedback=why)
         if strong is not None:
-            await run.take(strong.action, "strong")
+            await run.execute_and_commit(strong.action, "strong")
     return run.trajectory()
 
 
@@ -82,7 +82,7 @@ async def run_speculative_actions(task: Task, parts: Parts, config: SpecConfig =
             continue
         hit = guess is not None and guess.action.same_as(strong.action)
         run.note("speculation_hit" if hit else "speculation_miss")
-        await run.take(strong.action, "strong")
+        await run.execute_and_commit(strong.action, "strong")
     return run.trajectory()
 
 

@@ -87,7 +87,7 @@ class Parts:
 
 @dataclass
 class Run:
-    """One session's state: H, the event log, and how it ended. Methods never bypass ``take``.
+    """One session's state: H, the event log, and how it ended. Methods never bypass ``execute_and_commit``.
 
     ``start`` resumes a served session from its durable committed history (H; empty by default)."""
 
@@ -230,7 +230,7 @@ class Run:
                 span.set("error.type", type(exc).__name__)
                 return Observation(f"Error: {type(exc).__name__}: {exc}", error=True)
 
-    async def take(self, action: Action | None, author: Author) -> bool:
+    async def execute_and_commit(self, action: Action | None, author: Author) -> bool:
         """Validate, execute and commit one step. The single path by which any action has effect.
 
         Callers guarantee the safety rule: a weak action reaches here as a WRITE only after an

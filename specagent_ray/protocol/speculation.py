@@ -98,7 +98,7 @@ async def commit(run: Run, block: Block, verdict: Verdict) -> None:
     if j == n:
         run.commit(block.steps[:-1])
         staged = block.steps[-1]
-        await run.take(staged.action, "weak")  # accepted by the verifier: may now have effect
+        await run.execute_and_commit(staged.action, "weak")  # accepted by the verifier: may now have effect
         return
     run.commit(block.steps[:j])
     run.note("rejected", verdict.reason, block.steps[j].action)
@@ -108,7 +108,7 @@ async def commit(run: Run, block: Block, verdict: Verdict) -> None:
     if repair is not None and run.invalid_reason(repair) is None:
         run.note("fused_repair", verdict.reason, repair)
         with run.span("repair", **{"specagent.repair_kind": "fused"}):
-            await run.take(repair, "strong")
+            await run.execute_and_commit(repair, "strong")
     else:
         if repair is not None:
             run.note("invalid_action", f"fused repair: {run.invalid_reason(repair)}", repair)
@@ -123,4 +123,4 @@ async def strong_repair(run: Run, reason: str) -> None:
         proposal = await run.propose("strong", "repair", feedback=reason)
         if proposal is not None:
             run.note("strong_repair", reason, proposal.action)
-            await run.take(proposal.action, "strong")
+            await run.execute_and_commit(proposal.action, "strong")

@@ -1,1 +1,1 @@
-"""Ray Serve pieces: engines through ray.serve.llm (the coordinator and gateway come with issue 4)."""
+"""The served application: gateway, coordinator shards, tool hosts and engines on Ray Serve (``app.build_app``)."""

@@ -29,6 +29,7 @@ from ..storage.base import Store
 from .admission import LOCAL, Admission
 from .api import CreateSession, ToolResult, UserMessage
 from .config import AppConfig
+from .engine_client import EngineClient
 from .errors import Conflict, NotFound, ServiceUnavailable
 from .group_commit import GroupCommit
 from .lease import Lease
@@ -40,6 +41,7 @@ from .session import FINISHED, Session, summary
 from .session_log import SessionLog
 from .shards import session_id
 from .sources import ToolSources
+from .tool_host import ToolHostClient
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ class Coordinator:
     runs at most once (intent before, result after, one idempotency key); a failed engine or tool never
     crashes the coordinator, it fails (or re-drafts) one session with a reason."""
 
-    def __init__(self, cfg: AppConfig, engines: Any, tool_host: Any, store: Store,
+    def __init__(self, cfg: AppConfig, engines: EngineClient, tool_host: ToolHostClient, store: Store,
                  env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.perf_counter,
                  shard: int = 0):
         self.cfg = cfg

@@ -8,8 +8,9 @@ protocol's own interfaces:
   in one window are sent together, so vLLM schedules their prefills in the same engine steps.
 
 A session keeps its lane (hash of its id) for life, and every call carries ``x-session-id`` (HTTP) or
-``session_id`` (Serve handle) so Ray's consistent-hash router keeps it on one replica: its prefix stays
-in that replica's cache. Verify requests go before drafts (priority 0): a session waiting on a staged
+``session_id`` (Serve handle), which a session-aware router would use to keep it on one replica, where
+its prefix stays cached. The profiles do not turn such a router on yet (docs/serving.md says why); for
+model engines, Ray Serve LLM's prefix-aware router plays that part. Verify requests go before drafts (priority 0): a session waiting on a staged
 write is the one a user is waiting for.
 """
 
@@ -17,12 +18,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..models.backend import BackendError, ChatBackend
 from ..models.llm import LLMPolicy, LLMVerifier
 from ..models.prompts import PromptConfig
-from ..protocol.interfaces import EngineUnavailable, MalformedOutput
+from ..protocol.interfaces import EngineUnavailable, MalformedOutput, Policy, Verifier
 from ..protocol.types import History, Proposal, Review, Step
 from ..telemetry.tracing import traceparent_headers
 from .batcher import Batcher
@@ -53,37 +54,67 @@ async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Await
     raise EngineUnavailable(f"{what} failed {n}x: {type(last).__name__}: {str(last).splitlines()[0][:300] if str(last) else ''}")
 
 
+class EngineClient(Protocol):
+    """What the coordinator needs of its engines: each session's models, and the batchers' queues."""
+
+    def models(self, session: Session, catalog: Catalog) -> tuple[Policy, Policy, Verifier]: ...
+
+    def queued(self) -> int: ...
+
+    def batchers(self) -> dict[str, list[Batcher]]: ...
+
+
 class _Remote:
-    """A policy or verifier of one session whose calls go through ``attempts`` and count as time
-    outside the coordinator."""
+    """Calls of one session's model that go through ``attempts`` and count as time outside the coordinator."""
+
+    def __init__(self, session: Session, what: str, tries: int, timeout_s: float):
+        self.session, self.what, self.tries, self.timeout_s = session, what, tries, timeout_s
+
+    async def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        with self.session.outside():
+            return await attempts(self.what, self.tries, self.timeout_s, call)
+
+
+class RemotePolicy(_Remote):
+    """The protocol's ``Policy`` on an engine: ``propose(history, draft, feedback)``."""
 
     def __init__(self, session: Session, what: str, tries: int, timeout_s: float,
-                 propose: Callable[..., Awaitable[Proposal]] | None = None,
-                 verify: Callable[..., Awaitable[Review]] | None = None):
-        self.session, self.what, self.tries, self.timeout_s = session, what, tries, timeout_s
-        self._propose, self._verify = propose, verify
+                 propose: Callable[[History, Sequence[Step], str | None], Awaitable[Proposal]]):
+        super().__init__(session, what, tries, timeout_s)
+        self._propose = propose
 
     async def propose(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> Proposal:
-        assert self._propose is not None
-        with self.session.outside():
-            return await attempts(self.what, self.tries, self.timeout_s,
-                                  lambda: self._propose(history, draft, feedback))
+        return await self._call(lambda: self._propose(history, draft, feedback))
+
+
+class RemoteVerifier(_Remote):
+    """The protocol's ``Verifier`` on an engine: ``verify(history, block)``."""
+
+    def __init__(self, session: Session, what: str, tries: int, timeout_s: float,
+                 verify: Callable[[History, Sequence[Step]], Awaitable[Review]]):
+        super().__init__(session, what, tries, timeout_s)
+        self._verify = verify
 
     async def verify(self, history: History, block: Sequence[Step]) -> Review:
-        assert self._verify is not None
-        with self.session.outside():
-            return await attempts(self.what, self.tries, self.timeout_s, lambda: self._verify(history, block))
+        return await self._call(lambda: self._verify(history, block))
 
 
 class SimEngineClient:
+    """Simulated drafter and verifier replicas (Serve deployments or ``handles.Local``). Each lane has its
+    own batchers: drafts on the drafter lanes; strong steps and verifies on the verifier lanes."""
+
     def __init__(self, drafter: Any, verifier: Any, engines: SimEngines, coord: CoordinatorConfig):
         self.coord = coord
-        w, m = coord.batch_window_ms / 1000, coord.max_batch
+        window_s, most = coord.batch_window_ms / 1000, coord.max_batch
         self.lanes = engines.verifier_replicas
         self.draft_lanes = engines.drafter_replicas
-        self.drafts = [Batcher(self._submit(drafter, "propose_batch", i), w, m) for i in range(self.draft_lanes)]
-        self.steps = [Batcher(self._submit(verifier, "propose_batch", i), w, m) for i in range(self.lanes)]
-        self.verifies = [Batcher(self._submit(verifier, "verify_batch", i), w, m) for i in range(self.lanes)]
+
+        def lanes(handle: Any, method: str, n: int) -> list[Batcher]:
+            return [Batcher(self._submit(handle, method, i), window_s, most) for i in range(n)]
+
+        self.drafts = lanes(drafter, "propose_batch", self.draft_lanes)
+        self.strong_steps = lanes(verifier, "propose_batch", self.lanes)
+        self.verifies = lanes(verifier, "verify_batch", self.lanes)
 
     @staticmethod
     def _submit(handle: Any, method: str, lane: int) -> Callable[[Sequence[SimRequest]], Awaitable[list]]:
@@ -94,29 +125,31 @@ class SimEngineClient:
         return submit
 
     def queued(self) -> int:
-        return sum(len(b) for b in (*self.drafts, *self.steps, *self.verifies))
+        return sum(len(b) for b in (*self.drafts, *self.strong_steps, *self.verifies))
 
     def batchers(self) -> dict[str, list[Batcher]]:
-        return {"draft": self.drafts, "strong": self.steps, "verify": self.verifies}
+        return {"draft": self.drafts, "strong": self.strong_steps, "verify": self.verifies}
 
-    def models(self, session: Session, catalog: Catalog) -> tuple[Any, Any, Any]:
-        r = session.request
-        dl, vl = lane_of(session.id, self.draft_lanes), lane_of(session.id, self.lanes)
+    def models(self, session: Session, catalog: Catalog) -> tuple[Policy, Policy, Verifier]:
+        trial = session.request.trial
+        draft_lane, verifier_lane = lane_of(session.id, self.draft_lanes), lane_of(session.id, self.lanes)
 
         def req(history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> SimRequest:
-            return SimRequest(session.id, session.domain, session.task.id, r.trial, history.steps, tuple(draft), feedback)
+            return SimRequest(session.id, session.domain, session.task.id, trial, history.steps, tuple(draft), feedback)
 
         c = self.coord
-        weak = _Remote(session, "drafter", 1, c.verify_timeout_s,
-                       propose=lambda h, d, f: self.drafts[dl](req(h, d, f), DRAFT))
-        strong = _Remote(session, "strong engine", c.verify_attempts, c.verify_timeout_s,
-                         propose=lambda h, d, f: self.steps[vl](req(h, d, f), VERIFY))
-        verifier = _Remote(session, "verifier", c.verify_attempts, c.verify_timeout_s,
-                           verify=lambda h, b: self.verifies[vl](req(h, b), VERIFY))
+        weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s,
+                            lambda h, d, f: self.drafts[draft_lane](req(h, d, f), DRAFT))
+        strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s,
+                              lambda h, d, f: self.strong_steps[verifier_lane](req(h, d, f), VERIFY))
+        verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s,
+                                  lambda h, b: self.verifies[verifier_lane](req(h, b), VERIFY))
         return weak, strong, verifier
 
 
 class OpenAIEngineClient:
+    """Engines behind OpenAI-compatible endpoints; verify requests of one window go out together."""
+
     def __init__(self, engines: OpenAIEngines, coord: CoordinatorConfig, env: dict[str, str]):
         self.cfg, self.coord = engines, coord
 
@@ -138,7 +171,7 @@ class OpenAIEngineClient:
     def batchers(self) -> dict[str, list[Batcher]]:
         return {"verify": [self.verify_batch]}
 
-    def models(self, session: Session, catalog: Catalog) -> tuple[Any, Any, Any]:
+    def models(self, session: Session, catalog: Catalog) -> tuple[Policy, Policy, Verifier]:
         policy = catalog.policy[: self.cfg.policy_chars] if self.cfg.policy_chars else catalog.policy
         prompt = PromptConfig(policy=policy, observation_chars=self.cfg.observation_chars)
         headers = lambda: {**traceparent_headers(), "x-session-id": session.id}
@@ -147,8 +180,8 @@ class OpenAIEngineClient:
         strong_llm = LLMPolicy(self.verifier, prompt, catalog.schemas, **kw)
         verifier_llm = LLMVerifier(self.verifier, prompt, catalog.schemas, **kw)
         c = self.coord
-        weak = _Remote(session, "drafter", 1, c.verify_timeout_s, propose=weak_llm.propose)
-        strong = _Remote(session, "strong engine", c.verify_attempts, c.verify_timeout_s, propose=strong_llm.propose)
-        verifier = _Remote(session, "verifier", c.verify_attempts, c.verify_timeout_s,
-                           verify=lambda h, b: self.verify_batch((verifier_llm, h, b), VERIFY))
+        weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, weak_llm.propose)
+        strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, strong_llm.propose)
+        verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s,
+                                  lambda h, b: self.verify_batch((verifier_llm, h, b), VERIFY))
         return weak, strong, verifier

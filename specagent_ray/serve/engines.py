@@ -73,7 +73,7 @@ def local_engines(models: Mapping[str, str | os.PathLike[str]], port: int | None
     """Serve ``{model_id: folder}`` on a local Ray instance; yields the OpenAI base URL (``.../v1``).
 
     ``num_cpus`` is logical: the ingress, each replica and its placement group must all fit, which 2
-    logical CPUs do not allow (see ENVIRONMENT.md). Everything is shut down on exit.
+    logical CPUs do not allow: Ray Serve LLM reserves a CPU for the ingress and for each replica's placement group. Everything is shut down on exit.
     """
     missing = [str(f) for f in models.values() if not (Path(f) / "config.json").exists()]
     if missing:

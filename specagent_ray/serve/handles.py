@@ -1,7 +1,7 @@
 """One calling convention for deployments, whether they run in Serve or in this process.
 
-``await h.method(*args)`` calls the method; ``h.routed(session_id)`` pins calls to the replica Ray's
-consistent-hash router picks for that id (a no-op in process). Tests and the coordinator's unit tier use
+``await h.method(*args)`` calls the method; ``h.routed(session_id)`` tags calls with that id, which a
+session-aware router would use to pick one replica (a no-op in process; Serve's default router ignores it). Tests and the coordinator's unit tier use
 ``Local``; the served app uses ``Served`` over a ``DeploymentHandle``.
 """
 

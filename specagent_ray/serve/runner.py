@@ -16,18 +16,21 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..models.backend import BackendError
+from ..models.users import GREETING
 from ..protocol.baselines import METHODS
 from ..protocol.interfaces import EngineUnavailable
 from ..protocol.runtime import Parts, SpecConfig
 from ..protocol.types import Effect, History, Observation, Task, ToolCall, UserToolCall
 from .config import AppConfig, ClientSource
+from .engine_client import EngineClient
 from .errors import unwrap
 from .records import AgentMessage, Final, Opening, ToolResultRecord, UserMessageRecord
 from .session import Catalog, IdleTimeout, Session
+from .session_log import SessionLog
+from .tool_host import ToolHostClient
 from .wire import observation_dict
 
 log = logging.getLogger(__name__)
-GREETING = "Hi! How can I help you today?"  # tau2's default first agent message, to which its user opens
 
 
 Execute = Callable[[ToolCall, "str | None"], Awaitable[Observation]]
@@ -132,8 +135,8 @@ class SessionRunner:
     """Assembles each session's parts (the shared engine clients, its tools on the tool host or the
     client, its user) and runs the session's method from its committed history to the end."""
 
-    def __init__(self, cfg: AppConfig, engines: Any, tool_host: Any, log: Any, env: Mapping[str, str],
-                 clock: Callable[[], float]):
+    def __init__(self, cfg: AppConfig, engines: EngineClient, tool_host: ToolHostClient, log: SessionLog,
+                 env: Mapping[str, str], clock: Callable[[], float]):
         self.cfg, self.engines, self.tool_host, self.log, self.env, self.clock = cfg, engines, tool_host, log, env, clock
 
     def parts(self, s: Session, catalog: Catalog) -> Parts:

@@ -14,15 +14,24 @@ from typing import Any
 
 from ..protocol.types import Effect, History, Task, Termination, Trajectory
 from .api import CreateSession
-from .config import BENCHMARKS, AppConfig, BfclSource, ClientSource, McpSource, SimEngines, Tau2Source
+from .config import (
+    BENCHMARKS,
+    AppConfig,
+    BfclSource,
+    ClientSource,
+    McpSource,
+    SimEngines,
+    Tau2Source,
+)
 from .errors import BadRequest, Conflict, Forbidden
 from .session import Catalog, Session
+from .tool_host import ToolHostClient
 
 log = logging.getLogger(__name__)
 
 
 class ToolSources:
-    def __init__(self, cfg: AppConfig, tool_host: Any):
+    def __init__(self, cfg: AppConfig, tool_host: ToolHostClient):
         self.cfg = cfg
         self.tool_host = tool_host
         self._catalogs: dict[str, Catalog] = {}

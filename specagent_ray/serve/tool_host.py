@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..protocol.types import Observation, ToolCall
 from ..storage.base import Store
@@ -25,6 +25,18 @@ from .handles import lane_of
 from .idempotency import IdempotencyRecords, KeyReused, StaleEpoch, call_digest, unknown_outcome
 
 log = logging.getLogger(__name__)
+
+
+class ToolHostClient(Protocol):
+    """How the coordinator reaches the tool host: a ``ShardedToolHost``, or one host through a handle
+    (``handles.Local`` or ``handles.Served``)."""
+
+    async def describe(self, source: str) -> dict[str, dict[str, Any]]: ...
+
+    async def execute(self, source: str, session_id: str, call: ToolCall, key: str | None = None,
+                      epoch: int | None = None, task_id: str | None = None, side: str = "agent") -> Observation: ...
+
+    async def close_session(self, session_id: str) -> None: ...
 
 
 class UnknownSource(ValueError):

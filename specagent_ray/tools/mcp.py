@@ -151,7 +151,7 @@ class McpToolbox:
                 ready.set_result(None)
                 await self._stop.wait()
         except Exception as exc:  # noqa: BLE001 - every SDK/transport failure becomes one McpUnavailable
-            self._lost = _one_line(exc)
+            self._lost = _error_line(exc)
             if not ready.done():
                 ready.set_exception(self._unavailable(self._lost))
         finally:
@@ -210,8 +210,8 @@ class McpToolbox:
             return Observation(f"{name} failed: {exc.message}", error=True)
         if isinstance(exc, ValidationError | RuntimeError) and self._client is not None:
             # The SDK raises these for a result that breaks the protocol or the tool's own output schema.
-            return Observation(f"{name} returned an invalid result: {_one_line(exc)}", error=True)
-        raise self._unavailable(f"{name}: {_one_line(exc)}") from exc
+            return Observation(f"{name} returned an invalid result: {_error_line(exc)}", error=True)
+        raise self._unavailable(f"{name}: {_error_line(exc)}") from exc
 
     def _live_client(self) -> Client:
         if self._client is None:
@@ -259,7 +259,7 @@ def _block_text(block: ContentBlock) -> str:
     return f"[{block.type} content omitted]"
 
 
-def _one_line(exc: BaseException) -> str:
+def _error_line(exc: BaseException) -> str:
     """The innermost useful message of ``exc`` on one line; task-group failures arrive wrapped in groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]

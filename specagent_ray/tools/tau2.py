@@ -160,7 +160,7 @@ class CopyOnRead(dict):
     deep-copied the first time it is looked up by key (``t[k]``, ``t.get(k)``), and records stored with
     ``t[k] = v`` are this table's own, so changes made through lookups never reach the pristine DB.
     Iteration yields records as stored (pristine until looked up): tau2's tools only read through
-    iteration and change records they fetched by key (checked by tests/unit/test_tau2_tools.py). The
+    iteration and change records they fetched by key (checked by tests/integration/test_tau2_adapter.py). The
     stored values are always the current state, so dumps and DB hashes see exactly what a full copy would."""
 
     __slots__ = ("_own",)

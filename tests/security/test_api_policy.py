@@ -1,4 +1,4 @@
-"""Holes 1 and 8 of issue 16, through the real HTTP gateway: a client cannot pick a method that writes
+"""Through the real HTTP gateway: a client cannot pick a method that writes
 without the strong model's check, and the API's own description is not served unless the profile says so."""
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def test_every_skip_is_still_needed(reports):
 
 
 def test_a_collector_without_its_security_context_fails_checkov(checkov, rendered, tmp_path):
-    """The collector as it was before issue 16: Checkov fails it, and no skip hides that."""
+    """The collector as it was before hardening: Checkov fails it, and no skip hides that."""
     docs = copy.deepcopy(rendered["gpu-prod"])
     pod = next(d for d in docs if d["metadata"]["name"] == "specagent-otel-collector"
                and d["kind"] == "Deployment")["spec"]["template"]["spec"]

@@ -1,4 +1,4 @@
-"""Hole 6 of issue 16: a client's tool schema cannot freeze the coordinator. Patterns run on RE2 (linear
+"""A client's tool schema cannot freeze the coordinator. Patterns run on RE2 (linear
 time), and what RE2 cannot run, deep or huge schemas and patternProperties are refused at the gateway."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hole 7 of issue 16: an MCP source's command line and URL are server configuration. Clients see the
+"""An MCP source's command line and URL are server configuration. Clients see the
 source's name only: in the tool host's errors (which become error observations in the event stream),
 in the 409 of a create, and in a failed session's error. The full text goes to the server's log.
 

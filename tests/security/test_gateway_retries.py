@@ -1,4 +1,4 @@
-"""Hole 5 of issue 16, through the real HTTP gateway: only calls that are safe to repeat are retried,
+"""Through the real HTTP gateway: only calls that are safe to repeat are retried,
 only while the coordinator is unavailable, and an ``Idempotency-Key`` makes a repeated create or message
 answer with the first one instead of starting a second agent on the same task."""
 

@@ -1,4 +1,4 @@
-"""Holes 2, 3 and 4 of issue 16, through the real HTTP gateway: a key is a tenant whose sessions nobody
+"""Through the real HTTP gateway: a key is a tenant whose sessions nobody
 else can see or touch, one tenant cannot crowd out another, and a burst cannot overrun admission."""
 
 from __future__ import annotations

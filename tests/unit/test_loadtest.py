@@ -1,5 +1,5 @@
 """The load generator against the real gateway and coordinator in one process (simulated engines,
-no Ray): both loop modes, the reports, the bounds, and the bad-input cases of issue 6."""
+no Ray): both loop modes, the reports, the bounds, and bad inputs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from specagent_ray.cli import main
-from specagent_ray.loadtest.report import summarize, write_outputs
+from specagent_ray.loadtest.report import load_summary, write_outputs
 from specagent_ray.loadtest.runner import LoadAborted, LoadConfig, LoadRun
 from specagent_ray.loadtest.workload import Workload, parse_mix
 from specagent_ray.serve.client import GatewayClient
@@ -43,7 +43,7 @@ def test_closed_loop_runs_every_session_and_reports_latency_batches_and_savings(
         cfg = LoadConfig(url, "dev-key", Workload(MIX), concurrency=6, sessions=14, duration_s=120, drain_s=60,
                          baseline_sessions=4)
         result = run(cfg)
-    s = summarize(result)
+    s = load_summary(result)
     assert s["sessions"] == {"started": 14, "done": 14, "errors": 0, "unfinished": 0, "shed": 0, "throttled_429s": 0}
     assert s["stopped_because"] in ("14 sessions started", "all sessions started and finished")
     assert s["engines"] == "sim" and s["simulated_engines"]
@@ -68,7 +68,7 @@ def test_open_loop_sheds_arrivals_above_its_cap_and_stops_at_its_duration(tmp_pa
         cfg = LoadConfig(url, "dev-key", Workload(MIX), mode="open", rate=40, concurrency=2, sessions=1000,
                          duration_s=2, drain_s=30, baseline_sessions=0)
         result = run(cfg)
-    s = summarize(result)
+    s = load_summary(result)
     assert s["stopped_because"] == "duration 2 s reached"
     assert s["sessions"]["shed"] > 0 and s["sessions"]["errors"] == 0
     assert 0 < s["sessions"]["started"] < 1000
@@ -90,7 +90,7 @@ def test_sessions_still_running_at_the_bound_are_cancelled_on_the_server(tmp_pat
             async with GatewayClient(url, "dev-key") as c:
                 return [(await c.trajectory(r.session_id))["status"] for r in result.load() if r.session_id]
         server_side = asyncio.run(statuses())
-    s = summarize(result)
+    s = load_summary(result)
     assert s["sessions"]["unfinished"] == 3 and s["sessions"]["errors"] == 0
     assert took < 0.5 + 0.5 + 20  # duration + drain, plus the cancel calls' own bound
     assert server_side and set(server_side) == {"cancelled"}
@@ -149,7 +149,7 @@ def test_stages_add_workers_level_by_level_and_are_reported_per_level(tmp_path):
     with in_process_gateway(tmp_path / "log") as url:
         result = run(LoadConfig(url, "dev-key", Workload(MIX), stages=(1, 4), duration_s=4, drain_s=30,
                                 baseline_sessions=0))
-    stages = summarize(result)["stages"]
+    stages = load_summary(result)["stages"]
     assert [st["concurrency"] for st in stages] == [1, 4]
     assert stages[0]["in_flight_mean"] <= 1 < stages[1]["in_flight_mean"] <= 4
     assert all(st["steps"] > 0 for st in stages)
@@ -159,7 +159,7 @@ def test_429s_are_waited_out_and_counted(tmp_path):
     with in_process_gateway(tmp_path / "log", max_sessions=1, retry_after_s=1) as url:
         result = run(LoadConfig(url, "dev-key", Workload(MIX), concurrency=3, sessions=4, duration_s=120,
                                 drain_s=60, baseline_sessions=0))
-    s = summarize(result)
+    s = load_summary(result)
     assert s["sessions"]["done"] == 4 and s["sessions"]["errors"] == 0
     assert s["sessions"]["throttled_429s"] > 0  # the server admitted one session at a time
 
@@ -179,7 +179,7 @@ def test_a_run_split_over_client_processes_sends_each_session_once_and_reports_a
                          baseline_sessions=2)
         ticks = []
         result = run_parts(cfg, 2, ticks.append)
-    s = summarize(result)
+    s = load_summary(result)
     assert sorted(r.index for r in result.load()) == list(range(10))  # every session once, none twice
     assert s["sessions"]["done"] == 10 and s["sessions"]["errors"] == 0 and len(result.baseline()) == 2
     assert s["committed_steps"] == sum(r.steps for r in result.load()) and s["client_cpu_ms_per_step"] > 0

@@ -43,7 +43,7 @@ class SlowFirstWrite:
 
 
 async def test_a_cancelled_flush_that_lands_late_never_overwrites_newer_records(tmp_path):
-    """The race of issue 11: DELETE cancels a session while its intent flush is slow; the next flush
+    """A past race: DELETE cancels a session while its intent flush is slow; the next flush
     then must not share a key with the write still running in its thread."""
     store = SlowFirstWrite(LocalStore(tmp_path))
     log = new_log(store)
