@@ -6,12 +6,14 @@
 reads the overlay's ``serve-profile.yaml`` (``profile: <name>``, ``overrides: {...}``) and writes
 ``generated/serveConfigV2.yaml`` next to it, which the overlay's configMapGenerator picks up. With no
 overrides the profile is copied byte for byte (comments kept); otherwise the overrides are deep-merged
-(mappings merge, anything else replaces; ``applications`` is keyed by application name). Needs PyYAML
+(``specagent_ray/overrides.py``: mappings merge, anything else replaces; ``applications`` is keyed by
+application name). Needs PyYAML
 only, so it runs before the project is installed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,25 +24,19 @@ REPO = Path(__file__).resolve().parents[1]
 OUTPUT = Path("generated") / "serveConfigV2.yaml"
 
 
-def merge(base: Any, extra: Any) -> Any:
-    if not (isinstance(base, dict) and isinstance(extra, dict)):
-        return extra
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = merge(base[key], value) if key in base else value
-    return out
+def _overrides() -> Any:
+    """specagent_ray/overrides.py, loaded by path: the project need not be installed."""
+    spec = importlib.util.spec_from_file_location("specagent_overrides", REPO / "specagent_ray" / "overrides.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
 
 
 def apply(profile: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    overrides = dict(overrides)
-    apps = overrides.pop("applications", {})
-    out = merge(profile, overrides)
-    names = [a.get("name") for a in out.get("applications", [])]
-    unknown = sorted(set(apps) - set(names))
-    if unknown:
-        raise SystemExit(f"overrides name applications {unknown} that the profile does not have ({names})")
-    out["applications"] = [merge(a, apps.get(a.get("name"), {})) for a in out.get("applications", [])]
-    return out
+    try:
+        return _overrides().apply_overrides(profile, overrides)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def render(overlay: Path) -> str:

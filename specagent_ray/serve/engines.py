@@ -18,17 +18,16 @@ from typing import Any
 
 from ..ports import free_port
 
-CPU_ENGINE_KWARGS: dict[str, Any] = {
-    "dtype": "bfloat16",
-    "max_model_len": 8192,  # a tau2 system prompt (policy + tool schemas) alone is ~5k tokens
-    "enforce_eager": True,  # shorter start-up on the CPU
-    "distributed_executor_backend": "mp",
-    "enable_prefix_caching": True,  # the repair prompt reuses the verify prompt's leading block
-    "enable_prompt_tokens_details": True,  # usage.prompt_tokens_details.cached_tokens in responses
-    # Under xgrammar's default JSON grammar a weak (or random-weight) model can pad with whitespace
-    # until max_tokens; compact JSON only. disable_any_whitespace needs an explicit backend.
-    "structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True},
-}
+def cpu_engine_kwargs() -> dict[str, Any]:
+    """vLLM's engine kwargs on the CPU, as the ``local-cpu`` profile writes them for its drafter: that
+    profile is their one home (``edge-cloud``'s drafter repeats them; a test checks the two agree)."""
+    import yaml
+
+    from .profiles import RAY_LLM, profile_path
+
+    raw = yaml.safe_load(profile_path("local-cpu").read_text())
+    engines = next(a for a in raw["applications"] if a.get("import_path") == RAY_LLM)
+    return dict(engines["args"]["llm_configs"][0]["engine_kwargs"])
 
 
 def cpu_llm_config(model_id: str, folder: str | os.PathLike[str], kv_cache_gib: int = 1,
@@ -38,7 +37,7 @@ def cpu_llm_config(model_id: str, folder: str | os.PathLike[str], kv_cache_gib: 
 
     return LLMConfig(
         model_loading_config={"model_id": model_id, "model_source": str(Path(folder).absolute())},
-        engine_kwargs={**CPU_ENGINE_KWARGS, **(engine_kwargs or {})},
+        engine_kwargs={**cpu_engine_kwargs(), **(engine_kwargs or {})},
         placement_group_config={"bundles": [{"CPU": 1}]},
         deployment_config={"autoscaling_config": {"min_replicas": 1, "max_replicas": 1}},
         runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}},

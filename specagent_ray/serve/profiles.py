@@ -8,14 +8,16 @@ application of a profile on the connected Ray cluster, as ``serve deploy`` would
 
 from __future__ import annotations
 
-import copy
 import importlib
 import os
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ..overrides import merge
 
 PROFILES = ("local-cpu", "sim", "gpu-tp16", "edge-cloud")
 OURS = "specagent_ray.serve.app:build_app"
@@ -40,7 +42,8 @@ def profile_path(name_or_path: str | os.PathLike[str]) -> Path:
 def load_profile(name_or_path: str | os.PathLike[str], args: Mapping[str, Any] | None = None,
                  port: int | None = None) -> Any:
     """The profile as a validated ``ServeDeploySchema``. ``args`` are merged into the SpecAgent
-    application's args (one level deep), e.g. ``{"session_log": "/tmp/log"}``. ``port`` moves the HTTP
+    application's args (``overrides.merge``: mappings merge, anything else replaces), e.g.
+    ``{"session_log": "/tmp/log"}``. ``port`` moves the HTTP
     port, and the loopback engine URLs with it. Relative local paths (model folders, the session log)
     are made absolute here, because replicas do not share the caller's working directory."""
     from ray.serve.schema import ServeDeploySchema
@@ -53,12 +56,12 @@ def load_profile(name_or_path: str | os.PathLike[str], args: Mapping[str, Any] |
         app_args = app.get("args") or {}
         if app.get("import_path") == OURS:
             if args:
-                app_args = _merge(app_args, args)
+                app_args = merge(app_args, args)
             if port is not None:
                 for role in ("drafter", "verifier", "user"):
                     e = (app_args.get("engines") or {}).get(role)
                     if e:
-                        e["url"] = e["url"].replace(f"127.0.0.1:{old_port}/", f"127.0.0.1:{port}/")
+                        e["url"] = moved(e["url"], old_port, port)
             if "://" not in app_args.get("session_log", "://"):
                 app_args["session_log"] = str(Path(app_args["session_log"]).absolute())
         for cfg in app_args.get("llm_configs", []):
@@ -91,11 +94,12 @@ def validate_args(import_path: str, args: Mapping[str, Any]) -> None:
         raise ValueError(f"unknown application builder {import_path!r}; profiles use {OURS} and {RAY_LLM}")
 
 
-def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for k, v in extra.items():
-        out[k] = {**out[k], **v} if isinstance(v, Mapping) and isinstance(out.get(k), dict) else v
-    return out
+def moved(url: str, old_port: int, port: int) -> str:
+    """``url`` on ``port`` if it points at this cluster's own HTTP proxy (loopback, ``old_port``), else as is."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname not in ("127.0.0.1", "localhost") or parts.port != old_port:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.hostname}:{port}"))
 
 
 def build(import_path: str, args: Mapping[str, Any]) -> Any:

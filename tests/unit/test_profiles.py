@@ -92,3 +92,31 @@ def test_gpu_profile_reports_are_estimated_on_the_hardware_it_deploys():
         assert c["model_loading_config"]["model_source"].rstrip("/").rsplit("/", 1)[-1] == model
         assert kw.get("tensor_parallel_size", 1) * kw.get("pipeline_parallel_size", 1) == gpus
         assert c["accelerator_type"].lower() == hardware.gpu
+
+
+def test_the_cpu_engine_kwargs_have_one_home():
+    """local-cpu's drafter holds vLLM's CPU kwargs; edge-cloud's drafter and local_engines use the same."""
+    from specagent_ray.serve.engines import cpu_engine_kwargs
+
+    def drafter_kwargs(name: str) -> dict:
+        engines = next(a for a in load_profile(name).applications if a.name == "engines").args["llm_configs"]
+        return next(c for c in engines if c["model_loading_config"]["model_id"] == "drafter")["engine_kwargs"]
+
+    assert drafter_kwargs("edge-cloud") == drafter_kwargs("local-cpu") == cpu_engine_kwargs()
+
+
+def test_a_moved_port_moves_only_this_clusters_own_urls():
+    from specagent_ray.serve.profiles import moved
+
+    assert moved("http://127.0.0.1:8000/engines/v1", 8000, 9100) == "http://127.0.0.1:9100/engines/v1"
+    assert moved("http://localhost:8000/v1", 8000, 9100) == "http://localhost:9100/v1"
+    assert moved("http://127.0.0.1:18000/v1", 8000, 9100) == "http://127.0.0.1:18000/v1"  # another port
+    assert moved("https://api.example-cloud.com:8000/v1", 8000, 9100) == "https://api.example-cloud.com:8000/v1"
+
+
+def test_run_args_merge_deeply_into_the_profile():
+    schema = load_profile("sim", {"engines": {"latency": {"verify_base_s": 0.5}}, "coordinator": {"max_batch": 3}})
+    args = next(a for a in schema.applications if a.name == "specagent").args
+    assert args["engines"]["latency"]["verify_base_s"] == 0.5
+    assert args["engines"]["latency"]["draft_base_s"] == 0.02  # the profile's own, kept
+    assert args["coordinator"]["max_batch"] == 3 and args["coordinator"]["max_sessions"] == 2000
