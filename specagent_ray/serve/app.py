@@ -141,10 +141,11 @@ def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: Depl
 def _gateway_class(cfg: dict[str, Any]):
     """The ingress class. Its FastAPI app is built at composition time so Serve can serve the routes
     and the OpenAPI schema; the coordinator handle and the API keys arrive in the replica."""
+    from .api import Offer
     from .gateway import api_keys, make_api, operator_keys, serve_with, served_call, served_keys, served_operators
 
     config = AppConfig.model_validate(cfg)
-    api = make_api(served_call, config.gateway, served_keys, served_operators)
+    api = make_api(served_call, config.gateway, served_keys, served_operators, offer=Offer.of(config))
 
     @serve.deployment(name="Gateway", max_ongoing_requests=BUSY)
     @serve.ingress(api)

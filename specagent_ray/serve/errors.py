@@ -1,6 +1,11 @@
-"""Errors the HTTP API turns into 4xx answers. Each carries its status and a one-line message."""
+"""Errors the HTTP API turns into 4xx answers. Each carries its status and a one-line message.
+
+``WHEN`` is the API's whole list of error statuses; ``documented`` gives a route's OpenAPI entries for its
+own, each with its body's shape and the headers it always carries (Retry-After, WWW-Authenticate)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class ApiError(Exception):
@@ -13,6 +18,15 @@ class ApiError(Exception):
 
 class BadRequest(ApiError):
     status = 400
+
+
+class Unauthorized(ApiError):
+    """No API key, or a wrong one; answered with ``WWW-Authenticate: Bearer``."""
+
+    status = 401
+
+    def __init__(self) -> None:
+        super().__init__("missing or wrong API key: send 'Authorization: Bearer <key>' or 'X-API-Key'")
 
 
 class Forbidden(ApiError):
@@ -50,3 +64,36 @@ def unwrap(exc: BaseException) -> BaseException:
     """The remote side's own error inside a Ray task error (whose text carries a remote traceback)."""
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, BaseException) else exc
+
+
+# Every error status the API answers, with when. Each body is ``{"detail": "<one line>"}`` except 422,
+# whose ``detail`` is pydantic's list of failed fields (FastAPI's ``HTTPValidationError``).
+WHEN = {
+    400: "a body that is not text (it cannot be parsed), or a create that fits the schema's shape but not "
+         "this server: a task_id its tool source lacks, or a source, user or tool combination it does not take",
+    401: "no API key, or a wrong one",
+    403: "the key may not do this: a method outside the profile's list, or /v1/stats without an operator key",
+    404: "no such session for this key (another tenant's session is answered the same), or no such "
+         "pending tool call",
+    409: "the session takes no more input (finished, or not a client-user session), an Idempotency-Key "
+         "reused for a different request, or a tool source that is unavailable now",
+    413: "the request body is over the server's max_body_bytes",
+    429: "over this key's request rate, or over an admission limit (sessions, queued engine requests, a "
+         "session's unanswered messages); retry after Retry-After seconds",
+    500: "the server failed unexpectedly (logged on the server; the body never carries a trace)",
+    503: "the coordinator is unavailable past the gateway's patience, fenced, or its session log did not "
+         "store the request in time; retry after Retry-After seconds",
+}
+RETRY_AFTER = {"description": "seconds to wait before retrying", "required": True,
+               "schema": {"type": "integer", "minimum": 1}}
+HEADERS = {401: {"WWW-Authenticate": {"description": "the scheme to authenticate with (Bearer)", "required": True,
+                                      "schema": {"type": "string"}}},
+           429: {"Retry-After": RETRY_AFTER}, 503: {"Retry-After": RETRY_AFTER}}
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """FastAPI ``responses`` for these error statuses: each says when it happens, that its body is a JSON
+    ``ErrorDetail`` (a component the gateway's schema defines), and the headers it always carries."""
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}}
+    return {status: {"description": WHEN[status], "content": body,
+                     **({"headers": HEADERS[status]} if status in HEADERS else {})} for status in sorted(statuses)}

@@ -6,6 +6,10 @@ without a valid one the answer is 401. A key is a tenant: its sessions are its o
 are validated by the pydantic models in ``api.py`` (422 names the field), bodies over ``max_body_bytes``
 get 413, coordinator refusals map to their own status (400, 403, 404, 409, 429 with Retry-After).
 
+The OpenAPI schema documents every status a route answers (``errors.WHEN``) with its body and headers,
+this server's own create terms (``api.Offer``), and links from a session's summary to its routes; a
+method a path does not take gets 405 with ``Allow`` listing exactly the methods it does.
+
 Retries: only a call that is safe to repeat (reads, cancel, tool results keyed by call id, and creates
 and messages that carry an ``Idempotency-Key``) is retried, and only while the coordinator is
 unavailable (its replica died or restarts), within ``coordinator_retry_s``; then 503. Any other failure
@@ -23,14 +27,27 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import Depends, FastAPI, Header, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import Depends, FastAPI, Header, Query, Request, Security
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.security import APIKeyHeader, HTTPBearer
 from ray.exceptions import RayActorError
 from ray.serve.exceptions import DeploymentUnavailableError
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
-from .api import CreateSession, ToolResult, UserMessage
+from .api import (
+    CreateSession,
+    ErrorDetail,
+    Offer,
+    SessionSummary,
+    SessionTrajectory,
+    ToolResult,
+    UserMessage,
+    fit_strings,
+)
 from .config import GatewayConfig
-from .errors import ApiError, Forbidden, Overloaded, ServiceUnavailable, unwrap
+from .errors import ApiError, Forbidden, Overloaded, ServiceUnavailable, Unauthorized, documented, unwrap
 from .records import SessionEvent
 from .shards import ShardRouter
 
@@ -56,6 +73,17 @@ UNAVAILABLE = (RayActorError, DeploymentUnavailableError, ConnectionError)
 IDEMPOTENT = {"events", "trajectory", "stats", "cancel", "post_tool_result"}  # safe to repeat as they are
 IdempotencyKey = Header(None, alias="Idempotency-Key", min_length=1, max_length=200,
                         description="the same key (per API key) returns the first answer, never a second effect")
+# The API key's two headers, for the schema only (``key_of`` reads them): either one authenticates.
+BEARER = Security(HTTPBearer(auto_error=False, scheme_name="BearerKey", description="Authorization: Bearer <key>"))
+API_KEY = Security(APIKeyHeader(name="X-API-Key", auto_error=False, scheme_name="ApiKeyHeader"))
+KEYED = (401, 429, 500, 503)  # every keyed route's own error statuses; each route adds its others
+SESSION = "$response.body#/session_id"
+# From a session's summary to the routes that take its id and nothing a fuzzer must guess: tool results
+# need a call id from a tool_call_pending event, so they are reached from the event stream, not linked.
+LINKS = {name: {"operationId": op, "parameters": {"sid": SESSION}, "description": text} for name, op, text in (
+    ("GetSession", "get_session", "its trajectory"), ("SessionEvents", "session_events", "its event stream"),
+    ("PostMessage", "post_message", "the user's next message (client-user sessions)"),
+    ("CancelSession", "cancel_session", "cancel it"))}
 
 
 def tenant_of(key: str) -> str:
@@ -120,15 +148,23 @@ async def _too_large(limit: int, send: Callable) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def answers(status: int, *errors: int) -> dict[int | str, dict[str, Any]]:
+    """A session route's ``responses``: its answer (the session's summary, linked to the session's
+    routes), the ``KEYED`` statuses and its own ``errors``."""
+    return {status: {"model": SessionSummary, "links": LINKS}, **documented(*KEYED, *errors)}
+
+
 def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
-             operators: Callable[[], frozenset[str]] | None = None) -> FastAPI:
+             operators: Callable[[], frozenset[str]] | None = None, offer: Offer | None = None) -> FastAPI:
     """The FastAPI app over a coordinator reached through ``call``; ``keys()`` is read per request.
     Only ``operators()`` keys read ``/v1/stats`` (cluster-wide counts, shard nodes, and the ids of
-    sessions the log could not restore, which may be any tenant's); ``None``: every key may."""
+    sessions the log could not restore, which may be any tenant's); ``None``: every key may. ``offer``:
+    the create terms its schema publishes (sources, users, methods; ``Offer.of(app_config)``)."""
     docs = {} if cfg.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="specagent-ray", version="0.1.0",
                   description="Agent sessions served with trajectory-level speculation (SpecAgent).", **docs)
     app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
+    _publish(app, cfg, offer)
 
     bucket = TokenBucket(cfg.rate_per_s, cfg.burst)
 
@@ -137,17 +173,17 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
         given = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
         matched = [k for k in keys() if hmac.compare_digest(given.encode(), k.encode())]
         if not matched:
-            raise ApiError401()
+            raise Unauthorized()
         wait = bucket.take(tenant_of(matched[0]))
         if wait > 0:
             raise Overloaded(f"over this key's rate of {cfg.rate_per_s:g} requests/s", max(1, round(wait + 0.5)))
         return matched[0]
 
-    async def tenant(request: Request) -> str:
+    async def tenant(request: Request, _bearer: Any = BEARER, _key: Any = API_KEY) -> str:
         """The caller's tenant."""
         return tenant_of(key_of(request))
 
-    async def operator(request: Request) -> None:
+    async def operator(request: Request, _bearer: Any = BEARER, _key: Any = API_KEY) -> None:
         """403 unless the caller's key is an operator's."""
         key = key_of(request)
         if operators is not None and not any(hmac.compare_digest(key.encode(), k.encode()) for k in operators()):
@@ -180,7 +216,7 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         retry = isinstance(exc, Overloaded | ServiceUnavailable)
         headers = {"Retry-After": str(exc.retry_after_s)} if retry else None  # type: ignore[attr-defined]
-        if isinstance(exc, ApiError401):
+        if isinstance(exc, Unauthorized):
             headers = {"WWW-Authenticate": "Bearer"}
         return JSONResponse({"detail": exc.message}, status_code=exc.status, headers=headers)
 
@@ -192,13 +228,21 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
     async def internal(request: Request, exc: Internal) -> JSONResponse:
         return JSONResponse({"detail": "internal error (logged on the server)"}, status_code=500)
 
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        """Starlette's own errors (404 no route, 405); a 405's ``Allow`` lists every method of the path."""
+        if exc.status_code == 405:
+            exc = HTTPException(405, exc.detail, {**(exc.headers or {}), "Allow": ", ".join(methods_at(app, request))})
+        return await http_exception_handler(request, exc)
+
     Tenant = Depends(tenant)
 
-    @app.get("/healthz")
+    @app.get("/healthz", operation_id="healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.post("/v1/sessions", status_code=201)
+    @app.post("/v1/sessions", status_code=201, operation_id="create_session", response_model=None,
+              responses=answers(201, 400, 403, 409, 413))
     async def create_session(body: CreateSession, who: str = Tenant,
                              idempotency_key: str | None = IdempotencyKey) -> dict[str, Any]:
         """Start a session; its events stream from ``/v1/sessions/{id}/events``. With an
@@ -206,24 +250,28 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
         return await coordinator("create", body, owner=who, idempotency_key=idempotency_key,
                                  retry=idempotency_key is not None)
 
-    @app.post("/v1/sessions/{sid}/messages", status_code=202)
+    @app.post("/v1/sessions/{sid}/messages", status_code=202, operation_id="post_message", response_model=None,
+              responses=answers(202, 400, 404, 409, 413))
     async def post_message(sid: str, body: UserMessage, who: str = Tenant,
                            idempotency_key: str | None = IdempotencyKey) -> dict[str, Any]:
         """The user's next message (client-user sessions); an ``Idempotency-Key`` makes a repeat harmless."""
         return await coordinator("post_message", sid, body, owner=who, idempotency_key=idempotency_key,
                                  retry=idempotency_key is not None)
 
-    @app.post("/v1/sessions/{sid}/tool_results", status_code=202)
+    @app.post("/v1/sessions/{sid}/tool_results", status_code=202, operation_id="post_tool_result",
+              response_model=None, responses=answers(202, 400, 404, 409, 413))
     async def post_tool_result(sid: str, body: ToolResult, who: str = Tenant) -> dict[str, Any]:
         """The result of a pending client-side tool call (see ``tool_call_pending`` events)."""
         return await coordinator("post_tool_result", sid, body, owner=who)
 
-    @app.get("/v1/sessions/{sid}/events", response_class=EventStream,
-             responses={200: {"model": SessionEvent, "description": "a stream of session events"}})
-    async def events(sid: str, after: int = 0, who: str = Tenant) -> StreamingResponse:
+    @app.get("/v1/sessions/{sid}/events", response_class=EventStream, operation_id="session_events",
+             responses={200: {"model": SessionEvent, "description": "a stream of session events"},
+                        **documented(*KEYED, 404)})
+    async def events(sid: str, after: int = Query(0, ge=0, description="the seq to start after"),
+                     who: str = Tenant) -> StreamingResponse:
         """Server-sent events, from ``after`` on: drafted, staged, accepted, rejected, tool_result, commit,
         fused_repair, strong_repair, agent_message, tool_call_pending, ..., final. Each has ``id: seq``."""
-        first = await coordinator("events", sid, after, 0.0, owner=who)  # 404 / 400 before the stream starts
+        first = await coordinator("events", sid, after, 0.0, owner=who)  # 404 before the stream starts
 
         async def stream():
             nonlocal after
@@ -240,16 +288,19 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
 
         return EventStream(stream(), headers={"Cache-Control": "no-cache"})
 
-    @app.get("/v1/sessions/{sid}")
+    @app.get("/v1/sessions/{sid}", operation_id="get_session", response_model=None,
+             responses={200: {"model": SessionTrajectory, "links": LINKS}, **documented(*KEYED, 404)})
     async def trajectory(sid: str, grade: bool = False, who: str = Tenant) -> dict[str, Any]:
         """The committed trajectory, token usage, the resource report and (``grade=true``) tau2's reward."""
         return await coordinator("trajectory", sid, grade, owner=who)
 
-    @app.delete("/v1/sessions/{sid}")
+    @app.delete("/v1/sessions/{sid}", operation_id="cancel_session", response_model=None,
+                responses=answers(200, 404))
     async def cancel(sid: str, who: str = Tenant) -> dict[str, Any]:
+        """Cancel the session; it stays readable (``GET``) as ``cancelled``. A finished one is left as it is."""
         return await coordinator("cancel", sid, owner=who)
 
-    @app.get("/v1/stats", dependencies=[Depends(operator)])
+    @app.get("/v1/stats", dependencies=[Depends(operator)], operation_id="stats", responses=documented(*KEYED, 403))
     async def stats() -> dict[str, Any]:
         """Sessions by status, verifier batch sizes, coordinator overhead per committed step."""
         return await coordinator("stats")
@@ -257,11 +308,43 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
     return app
 
 
-class ApiError401(ApiError):
-    status = 401
+def methods_at(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route of ``app`` takes at the request's path."""
+    scope = {**request.scope, "type": "http"}
+    return sorted({m for route in app.router.routes if getattr(route, "methods", None)
+                   and route.matches(scope)[0] is not Match.NONE for m in route.methods})  # type: ignore[attr-defined]
 
-    def __init__(self) -> None:
-        super().__init__("missing or wrong API key: send 'Authorization: Bearer <key>' or 'X-API-Key'")
+
+def event_schema(record_ref: str) -> dict[str, Any]:
+    """One server-sent event (OpenAPI 3.2's ``itemSchema``, as FastAPI writes it): its ``data`` is a
+    record (``record_ref``) as JSON, ``event`` the record's kind, ``id`` its seq."""
+    return {"type": "object", "required": ["data", "event", "id"], "properties": {
+        "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": {"$ref": record_ref}},
+        "event": {"type": "string", "description": "the record's kind (its t)"},
+        "id": {"type": "string", "description": "the record's seq: resume with ?after=<id + 1>"},
+        "retry": {"type": "integer", "minimum": 0}}}
+
+
+def _publish(app: FastAPI, cfg: GatewayConfig, offer: Offer | None) -> None:
+    """Make ``app.openapi()`` FastAPI's schema plus the error body, the event stream's items, this server's
+    create terms, and no string limit beyond the body cap (which counts bytes: a body within every
+    ``maxLength`` can still be too large, 413)."""
+    default = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = default()
+            stream = spec["paths"]["/v1/sessions/{sid}/events"]["get"]["responses"]["200"]["content"]
+            stream["text/event-stream"] = {"itemSchema": event_schema(stream["text/event-stream"]["schema"]["$ref"])}
+            schemas = spec["components"]["schemas"]
+            schemas["ErrorDetail"] = ErrorDetail.model_json_schema()
+            if offer is not None:
+                schemas["CreateSession"] = offer.create_schema(schemas["CreateSession"])
+            for name in ("CreateSession", "ClientTool", "UserMessage", "ToolResult"):
+                fit_strings(schemas[name], cfg.max_body_bytes)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 # The served gateway's replica state. Module-level (pickled by reference), so the routes built at

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..serve.config import AppConfig, LatencyModel, SimEngines
+from ..serve.config import AppConfig, LatencyModel, SimEngines, Tau2Source
 from .http import serve_in_thread
 
 FAST = LatencyModel(draft_base_s=0.002, draft_per_request_s=0, verify_base_s=0.004, verify_per_request_s=0,
@@ -44,6 +44,18 @@ def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: La
     """Yields the base URL of a gateway (API keys ``keys``; ``operators`` may read /v1/stats, every key when
     None) over an in-process sim coordinator; ``app``, ``gateway`` and ``coordinator`` override the
     application's config."""
+    api = gateway_app(log_dir, fail_after, latency, keys, app, gateway, operators, **coordinator)
+    with serve_in_thread(api) as url:
+        yield url
+
+
+def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyModel = FAST,
+                keys: tuple[str, ...] = ("dev-key",), app: dict[str, Any] | None = None,
+                gateway: dict[str, Any] | None = None, operators: tuple[str, ...] | None = None,
+                **coordinator: Any) -> Any:
+    """The ASGI app ``in_process_gateway`` serves (same arguments). Its coordinator shards start in the
+    event loop of the first request, so serve it from one loop. Its schema lists the tau2 sources' task ids."""
+    from ..serve.api import Offer
     from ..serve.coordinator import Coordinator
     from ..serve.engine_client import SimEngineClient
     from ..serve.gateway import make_api
@@ -72,8 +84,17 @@ def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: La
 
     call = ShardRouter(call_shard, len(shards))
     api: Any = make_api(call, cfg.gateway, lambda: frozenset(keys),
-                        None if operators is None else (lambda: frozenset(operators)))
+                        None if operators is None else (lambda: frozenset(operators)),
+                        offer=Offer.of(cfg, tau2_task_ids(cfg)))
     if fail_after is not None:
         api = FailAfter(api, fail_after)
-    with serve_in_thread(api) as url:
-        yield url
+    return api
+
+
+def tau2_task_ids(cfg: AppConfig) -> dict[str, list[str]]:
+    """Every tau2 source's task ids, by source name (the domains load once per process, and the
+    coordinator loads them anyway)."""
+    from ..tools.tau2 import Tau2Domain
+
+    return {name: list(Tau2Domain.load(source.domain).tasks) for name, source in cfg.tool_sources.items()
+            if isinstance(source, Tau2Source)}

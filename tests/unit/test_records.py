@@ -43,7 +43,8 @@ def test_every_protocol_event_kind_is_a_record_and_unknown_fields_are_ignored():
 def test_the_event_streams_schema_documents_every_record_kind():
     spec = make_api(None, GatewayConfig(), lambda: frozenset({"k"})).openapi()  # type: ignore[arg-type]
     response = spec["paths"]["/v1/sessions/{sid}/events"]["get"]["responses"]["200"]
-    assert response["content"]["text/event-stream"]["schema"]["$ref"].endswith("/SessionEvent")
+    event = response["content"]["text/event-stream"]["itemSchema"]
+    assert event["properties"]["data"]["contentSchema"]["$ref"].endswith("/SessionEvent")
     union = spec["components"]["schemas"]["SessionEvent"]
     kinds = set(union["discriminator"]["mapping"])
     assert {"created", "commit", "intent", "final", "tool_call_pending", "staged", "verifier_fallback"} <= kinds
