@@ -22,6 +22,7 @@ EPILOG = """examples:
   specagent-ray bench throughput --seconds 3
   specagent-ray bench theory --p 0.5,0.7,0.9
   specagent-ray bench restart --finished 10000 --live 100
+  specagent-ray bench roofline --device cpu
   specagent-ray bench tau2 --tasks 0,1 --store s3://bench-results/team-a
   specagent-ray results ls
   specagent-ray results compare tau2-airline-seed0.json tau2-airline-seed1.json
@@ -96,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     mc.add_argument("--p", type=lambda s: tuple(float(x) for x in _csv(s)), default=(0.5, 0.7, 0.9))
     mc.add_argument("--n", type=int, default=4, help="block length")
     mc.add_argument("--steps", type=int, default=30_000, help="committed steps per point")
+    from .bench.roofline import add_parser as add_roofline_parser
+
+    add_roofline_parser(bench)
     _add_results_parser(sub)
     from .loadtest.command import add_parser as add_loadtest_parser
 
@@ -243,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.montecarlo import report_theory
 
             return report_theory(console, args.p, args.n, args.steps)
+        if args.suite == "roofline":
+            from .bench.roofline import run_from_args
+
+            return run_from_args(args, console)
     except (ValueError, StoreError, BackendError, TimeoutError) as exc:
         # one line, no traceback; escape() so brackets in keys or S3 messages are not read as markup
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
