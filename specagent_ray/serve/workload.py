@@ -1,32 +1,134 @@
-"""Running a profile on a local Ray cluster and driving sessions through its gateway over HTTP.
+"""Running profiles on a local Ray cluster and driving sessions through their gateways over HTTP.
 
-Used by ``specagent-ray serve`` (the README's main job), ``bench batching`` and the end-to-end tests.
+Used by ``specagent-ray serve`` (the README's main job), ``bench batching``, ``bench scale``, the load test
+and the end-to-end tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
 from .client import GatewayClient
-from .profiles import load_profile, run_profile
+from .profiles import build, load_profile, run_profile
 
 LOCAL_MODELS = {"tiny-weak": 0, "tiny-strong": 1}  # folder name -> seed of the random weights
+CHATTY = ("httpx", "LiteLLM", "openai")  # client libraries that log every request at INFO
 
 
 def ensure_local_models(root: Path = Path(".specagent/models")) -> None:
-    """Build the local-cpu profile's two tiny random-weight models if they are missing (~20 s each)."""
+    """Build the local-cpu profile's two tiny random-weight models if they are missing (a few s each)."""
     from ..models.tiny import build_tiny_model
 
     for name, seed in LOCAL_MODELS.items():
         build_tiny_model(root / name, seed=seed)
+
+
+@contextmanager
+def output_to(log_path: Path) -> Iterator[IO[str]]:
+    """Send everything this process writes to its stdout and stderr file descriptors to ``log_path``
+    (truncated first) until the block ends, and yield a line-buffered stream on the original stdout for
+    the caller's own output.
+
+    Works below Python: Ray's and Serve's loggers, vLLM's and transformers' progress bars, Ray's C++
+    core worker and the error lines Ray relays to the driver (``(raylet) ...``) all land in the file; so
+    does the stdout/stderr of any child process started meanwhile. Both descriptors are restored on exit,
+    an exception's included, before the exception goes on."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    screen = os.fdopen(os.dup(saved[0]), "w", buffering=1)
+    try:
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        yield screen
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, log_fd):
+            os.close(fd)
+        screen.close()
+
+
+@contextmanager
+def local_ray(num_cpus: int = 8, address: str | None = None) -> Iterator[None]:
+    """A fresh local Ray instance (``num_cpus`` logical CPUs), or with ``address`` a connection to that
+    running cluster. Worker output stays in Ray's own log files (``log_to_driver=False``). On exit Serve's
+    applications stop, and so does a Ray instance started here."""
+    import ray
+    from ray import serve
+
+    if address is None:
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+    for chatty in CHATTY:
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+@dataclass(frozen=True)
+class App:
+    """One application of a validated profile, deployed under ``name`` at ``route_prefix``."""
+
+    name: str
+    route_prefix: str
+    spec: Any  # the profile's application schema (import_path, args)
+
+
+def apps_of(schema: Any, rename: str | None = None) -> list[App]:
+    """A profile's applications; with ``rename``, SpecAgent's application is deployed under that name at
+    ``/<rename>`` (so that two profiles can share one Serve instance)."""
+    out = []
+    for a in schema.applications:
+        ours = a.import_path.endswith(":build_app")
+        name, route = (rename, f"/{rename}") if rename and ours else (a.name, a.route_prefix)
+        out.append(App(name, route, a))
+    return out
+
+
+def start_apps(apps: Sequence[App], port: int, host: str = "127.0.0.1") -> str:
+    """Start Serve's HTTP proxy on ``port`` and deploy ``apps`` without waiting for them (model engines
+    load for a minute or two); returns the proxy's base URL. :func:`wait_ready` says when an app answers."""
+    from ray import serve
+
+    serve.start(http_options={"host": host, "port": port})
+    serve.run_many([serve.RunTarget(build(a.spec.import_path, a.spec.args or {}), name=a.name,
+                                    route_prefix=a.route_prefix) for a in apps],
+                   wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+    return f"http://{host}:{port}"
+
+
+def wait_ready(base: str, apps: Sequence[App], timeout_s: float = 900.0) -> None:
+    """Return once every SpecAgent gateway among ``apps`` answers ``/healthz`` and every model engine
+    answers a one-token chat; TimeoutError naming the URL otherwise."""
+    from .engines import wait_until_serving
+
+    for a in apps:
+        prefix = a.route_prefix.rstrip("/")
+        if a.spec.import_path.endswith(":build_app"):
+            wait_for_http(f"{base}{prefix}/healthz", timeout_s)
+        models = [c["model_loading_config"]["model_id"] for c in (a.spec.args or {}).get("llm_configs", [])]
+        if models:
+            wait_until_serving(f"{base}{prefix}/v1", models, timeout_s)
 
 
 @contextmanager
@@ -36,30 +138,11 @@ def local_cluster(profile: str, port: int, args: dict[str, Any] | None = None, n
     (several nodes on one host, as ``cluster/local_multinode.py`` starts: one HTTP proxy, on the head);
     yields the gateway's base URL once it answers and, for model engines, once every engine answers a
     one-token chat. The applications stop on exit, and so does a Ray instance started here."""
-    import logging
-
-    import ray
-    from ray import serve
-
     schema = load_profile(profile, args, port=port)
-    if address is None:
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-    else:
-        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
-    for chatty in ("httpx", "LiteLLM", "openai"):
-        logging.getLogger(chatty).setLevel(logging.WARNING)
-    try:
+    with local_ray(num_cpus, address):
         url = run_profile(schema, port=port, proxy_location=None if address is None else "HeadOnly")
-        wait_for_http(f"{url}/healthz", timeout_s)
-        for app in schema.applications:
-            for cfg in (app.args or {}).get("llm_configs", []):
-                from .engines import wait_until_serving
-
-                wait_until_serving(f"{url}{app.route_prefix}/v1", [cfg["model_loading_config"]["model_id"]], timeout_s)
+        wait_ready(url, apps_of(schema), timeout_s)
         yield url
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
 
 def wait_for_http(url: str, timeout_s: float) -> None:
@@ -77,6 +160,10 @@ def wait_for_http(url: str, timeout_s: float) -> None:
 
 @dataclass(frozen=True)
 class SessionResult:
+    """One session as the gateway reported it: tokens and calls are the engines' (or, for simulated
+    engines, the token model's); ``hbm_bytes`` is the resource report's ESTIMATE for both models on the
+    profile's ``hardware``; ``wall_s`` is measured by the client, creation to graded trajectory."""
+
     method: str
     task_id: str
     status: str
@@ -91,13 +178,17 @@ class SessionResult:
     weak_decode: int
     wall_s: float
     engine_s: float = 0.0  # the session's time in engine calls (batch waits included), from its ledger
+    hbm_bytes: float = 0.0  # estimated HBM reads of both models (the resource report's hbm_bytes)
+    strong_hbm_bytes: float | None = None  # the strong model's share, where the report splits HBM by role
 
 
 async def run_sessions(url: str, api_key: str, bodies: list[dict[str, Any]], concurrency: int,
                        on_done: Callable[[SessionResult], None] = lambda r: None,
                        grade: bool = True) -> list[SessionResult]:
     """Run every session body through the gateway, at most ``concurrency`` at a time; each one's events
-    are followed over SSE to ``final``, then its graded trajectory is fetched."""
+    are followed over SSE to ``final``, then its graded trajectory is fetched. A session whose stream does
+    not run from ``created`` to ``final``, or whose streamed commits differ from its trajectory's steps,
+    is reported with status ``stream-mismatch`` (and the difference in ``error``)."""
     gate = asyncio.Semaphore(concurrency)
     async with GatewayClient(url, api_key, timeout_s=900, max_connections=concurrency * 2 + 10) as client:
         async def one(body: dict[str, Any]) -> SessionResult:
@@ -108,18 +199,43 @@ async def run_sessions(url: str, api_key: str, bodies: list[dict[str, Any]], con
                 events = [e async for e in client.events(sid)]
                 traj = await client.trajectory(sid, grade=grade)
                 strong, weak = traj["usage"]["strong"], traj["usage"]["weak"]
-                result = SessionResult(traj["method"], traj["task_id"], traj["status"], traj["termination"],
-                                       traj["error"], traj["reward"], traj["committed_steps"], len(events),
+                mismatch = _stream_mismatch(events, traj)
+                status = "stream-mismatch" if mismatch else traj["status"]
+                result = SessionResult(traj["method"], traj["task_id"], status, traj["termination"],
+                                       mismatch or traj["error"], traj["reward"],
+                                       traj["committed_steps"], len(events),
                                        strong["calls"], strong["decode_tokens"], strong["prompt_tokens"],
                                        weak["decode_tokens"], time.perf_counter() - start,
-                                       strong["wall_s"] + weak["wall_s"])
+                                       strong["wall_s"] + weak["wall_s"],
+                                       *_hbm(traj.get("resources") or {}))
                 on_done(result)
                 return result
 
         return list(await asyncio.gather(*(one(b) for b in bodies)))
 
 
+def _stream_mismatch(events: list[dict[str, Any]], traj: dict[str, Any]) -> str | None:
+    """What is wrong with a session's event stream against its trajectory, or None."""
+    kinds = [e.get("t") for e in events]
+    if not kinds or kinds[0] != "created" or kinds[-1] != "final":
+        return f"the event stream ran {kinds[:1]}...{kinds[-1:]}, not created...final"
+    streamed = [step for e in events if e.get("t") == "commit" for step in e["steps"]]
+    if streamed != traj["steps"]:
+        return f"{len(streamed)} steps streamed in commits, {len(traj['steps'])} in the trajectory (or they differ)"
+    return None
+
+
+def _hbm(report: dict[str, Any]) -> tuple[float, float | None]:
+    """Both models' estimated HBM bytes, and the strong model's where the report has it by role."""
+    by_role = report.get("hbm_bytes_by_role") or {}
+    strong = by_role.get("strong", 0.0) if by_role else None
+    return float(report.get("hbm_bytes") or 0.0), None if strong is None else float(strong)
+
+
 def summarize(results: list[SessionResult]) -> dict[str, dict[str, float]]:
+    """Per method, in order of first appearance: sessions, sessions done, sessions graded, Pass@1 in %
+    over the graded ones (NaN if none was), and per-session means of the token, call, HBM and wall
+    figures (``strong_hbm_tb`` is NaN unless every session's report split HBM by role)."""
     by: dict[str, list[SessionResult]] = {}
     for r in results:
         by.setdefault(r.method, []).append(r)
@@ -127,10 +243,13 @@ def summarize(results: list[SessionResult]) -> dict[str, dict[str, float]]:
     for method, rs in by.items():
         n = len(rs)
         graded = [r.reward for r in rs if r.reward is not None]
-        out[method] = {"sessions": n, "done": sum(r.status == "done" for r in rs),
+        strong_hbm = [r.strong_hbm_bytes for r in rs if r.strong_hbm_bytes is not None]
+        out[method] = {"sessions": n, "done": sum(r.status == "done" for r in rs), "graded": len(graded),
                        "pass_at_1": 100 * sum(graded) / len(graded) if graded else float("nan"),
                        "steps": sum(r.steps for r in rs) / n, "strong_calls": sum(r.strong_calls for r in rs) / n,
                        "strong_decode": sum(r.strong_decode for r in rs) / n,
                        "strong_prompt": sum(r.strong_prompt for r in rs) / n,
-                       "weak_decode": sum(r.weak_decode for r in rs) / n, "wall_s": sum(r.wall_s for r in rs) / n}
+                       "weak_decode": sum(r.weak_decode for r in rs) / n, "wall_s": sum(r.wall_s for r in rs) / n,
+                       "hbm_tb": sum(r.hbm_bytes for r in rs) / n / 1e12,
+                       "strong_hbm_tb": sum(strong_hbm) / n / 1e12 if len(strong_hbm) == n else float("nan")}
     return out

@@ -73,7 +73,7 @@ def _app_args(name: str) -> dict:
     return next(a for a in load_profile(name).applications if a.name == "specagent").args
 
 
-@pytest.mark.parametrize("name", [p for p in PROFILES if p != "local-cpu"])
+@pytest.mark.parametrize("name", PROFILES)
 def test_each_profile_names_the_hardware_its_reports_are_estimated_for(name):
     """No profile relies on the default deployment silently: the resource report says what it estimates."""
     assert "hardware" in _app_args(name)

@@ -1,24 +1,62 @@
-"""The README's two set-up commands and CI stay in step."""
+"""The README's two set-up commands, CI and the main job stay in step."""
 
+import re
+import shlex
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
 
 
 def _commands():
-    lines = (ROOT / "README.md").read_text().splitlines()
-    return [line.split(": ", 1)[1].strip("`") for line in lines[:3] if line.startswith(("Main job", "Tests"))]
+    """The commands of the README's first lines, in backticks after "Main job (...):" and "Tests (...):"."""
+    lines = README.splitlines()
+    return [re.search(r"`([^`]+)`\s*$", line).group(1) for line in lines[:3] if line.startswith(("Main job", "Tests"))]
+
+
+def _quick_start() -> str:
+    return README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
 
 
 def test_readme_opens_with_the_two_commands():
     main, tests = _commands()
-    assert "specagent-ray serve local-cpu" in main and "pip install" in main and ".[bench,cpu]" in main
+    assert "pip install" in main and ".[bench,cpu]" in main
     assert "pytest" in tests and ".[dev,cpu]" in tests
+
+
+def test_the_first_command_installs_and_runs_the_main_job_with_no_gpu_or_keys():
+    from specagent_ray.cli import build_parser
+
+    main, _ = _commands()
+    last = shlex.split(main.split("&&")[-1])
+    assert last[0] == ".venv/bin/specagent-ray" and last[1] == "serve"
+    args = build_parser().parse_args(last[1:])
+    assert args.command == "serve" and args.profile is None  # no profile: the main job, sim then local-cpu
+    first_line = README.splitlines()[0].lower()
+    assert "no gpu" in first_line and "keys" in first_line
 
 
 def test_ci_runs_the_readme_test_command():
     _, tests = _commands()
     assert tests in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_quick_start_states_what_the_main_job_does():
+    from specagent_ray.serve import main_job
+    from specagent_ray.serve.profiles import load_profile
+    from specagent_ray.serve.workload import LOCAL_MODELS, apps_of
+
+    text = " ".join(_quick_start().split())
+    assert str(main_job.LOG) in text and "--verbose" in text
+    assert f"{main_job.SIM_TASKS} tasks; its table appears" in text and f"(they load while the sim run goes), " \
+        f"{main_job.REAL_TASKS} tasks" in text
+    for name, seed in LOCAL_MODELS.items():  # what each role runs
+        assert f"`{name}`, seed {seed}" in text
+    hardware = main_job.hardware_label(apps_of(load_profile("sim")))  # the sim table's HBM estimate
+    for model in (hardware.split(" on ")[0], hardware.split(" + ")[1].split(" on ")[0]):
+        assert model.lower() in text.lower()
+    for command, _ in main_job.NEXT_STEPS:  # the three lines the main job ends with
+        assert command in text
 
 
 def test_cli_help_teaches(capsys):
