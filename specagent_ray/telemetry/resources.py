@@ -66,6 +66,7 @@ class ResourceReport(_Frozen):
     gpu_seconds_source: Source
     hbm_bytes: float = Field(ge=0)
     hbm_source: Source
+    hbm_bytes_by_role: dict[str, float] = Field(default_factory=dict, description="hbm_bytes per role")
     flops: float = Field(ge=0)
     flops_source: Literal["estimated"] = "estimated"
     tokens: dict[str, RoleTokens]
@@ -101,7 +102,8 @@ def report_from_ledger(
     missing = [r for r in roles if r not in deployments]
     if missing:
         raise ValueError(f"no deployment for roles {missing}")
-    gpu_s = hbm = flops = 0.0
+    gpu_s = flops = 0.0
+    by_role: dict[str, float] = {}
     gpu_src: list[Source] = []
     hbm_src: list[Source] = []
     tokens: dict[str, RoleTokens] = {}
@@ -113,7 +115,7 @@ def report_from_ledger(
         gpu_s += m.gpu_seconds if m else est.gpu_latency_s * dep.n_gpus
         gpu_src.append("measured" if m else "estimated")
         dram = m.dram_bytes if m else None
-        hbm += dram if dram is not None else est.hbm_point
+        by_role[role] = dram if dram is not None else est.hbm_point
         hbm_src.append("measured" if dram is not None else "estimated")
         flops += est.flops
         mine = [c.usage for c in ledger.calls if c.role == role]
@@ -126,8 +128,8 @@ def report_from_ledger(
                     + t.decode * p.decode_per_mtok) / 1e6
             dollars = cost if dollars is None else dollars + cost
     return ResourceReport(
-        gpu_seconds=gpu_s, gpu_seconds_source=combine_sources(gpu_src), hbm_bytes=hbm,
-        hbm_source=combine_sources(hbm_src), flops=flops, tokens=tokens,
+        gpu_seconds=gpu_s, gpu_seconds_source=combine_sources(gpu_src), hbm_bytes=sum(by_role.values()),
+        hbm_source=combine_sources(hbm_src), hbm_bytes_by_role=by_role, flops=flops, tokens=tokens,
         strong_calls=tokens["strong"].calls if "strong" in tokens else 0, dollars=dollars,
     )
 
@@ -153,6 +155,8 @@ def session_report(reports: Iterable[ResourceReport]) -> ResourceReport:
         gpu_seconds_source=combine_sources(r.gpu_seconds_source for r in reports),
         hbm_bytes=sum(r.hbm_bytes for r in reports),
         hbm_source=combine_sources(r.hbm_source for r in reports),
+        hbm_bytes_by_role={role: sum(r.hbm_bytes_by_role.get(role, 0.0) for r in reports)
+                           for role in sorted({k for r in reports for k in r.hbm_bytes_by_role})},
         flops=sum(r.flops for r in reports), tokens=tokens,
         strong_calls=sum(r.strong_calls for r in reports), dollars=sum(priced) if priced else None,
     )

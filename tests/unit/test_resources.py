@@ -138,6 +138,9 @@ def test_session_report_sums_and_combines_labels() -> None:
     assert s.gpu_seconds == pytest.approx(est.gpu_seconds + 4.0)
     assert (s.gpu_seconds_source, s.hbm_source) == ("mixed", "mixed")
     assert s.strong_calls == 4 and s.tokens["strong"].calls == 4 and s.tokens["weak"].decode == 40
+    assert meas.hbm_bytes_by_role == {"strong": 5e9, "weak": 1e9}  # the measured DRAM, role by role
+    assert s.hbm_bytes_by_role["strong"] == pytest.approx(est.hbm_bytes_by_role["strong"] + 5e9)
+    assert sum(s.hbm_bytes_by_role.values()) == pytest.approx(s.hbm_bytes)
     assert session_report([meas, meas]).gpu_seconds_source == "measured"
     assert session_report([est, est]).hbm_source == "estimated"
     assert session_report([]).gpu_seconds_source == "estimated"
