@@ -486,7 +486,8 @@ def _summary_tables(summary, cfg, live: bool = False) -> list[Table]:
     cost = Table(title=f"{_bench_name(cfg.domain)}: cost per task ({tokens}; HBM/FLOPs/latency estimated, strong on "
                        f"{cfg.hardware.strong_gpus}x{cfg.hardware.gpu}; wall measured)")
     for col in ("method", "strong decode tok", "strong prefill tok", "weak tok", "strong HBM TB (range)",
-                "HBM / strong", "FLOPs / strong", "GPU latency / strong", "wall ms"):
+                "HBM / strong", "FLOPs / strong", "FLOPs / strong, paper's layout", "GPU latency / strong",
+                "wall ms"):
         cost.add_column(col, justify="left" if col == "method" else "right")
     for s in summary:
         cost.add_row(
@@ -494,6 +495,7 @@ def _summary_tables(summary, cfg, live: bool = False) -> list[Table]:
             _fmt(s.weak_tokens, ".0f"),
             f"{_fmt(s.strong_hbm_tb, '.2f')} [{_fmt(s.strong_hbm_low_tb, '.2f')}-{_fmt(s.strong_hbm_high_tb, '.2f')}]",
             ratio(s.strong_hbm_tb, "strong_hbm_tb"), ratio(s.flops, "flops"),
+            ratio(s.flops_paper_layout, "flops"),
             ratio(s.gpu_latency_s, "gpu_latency_s"), _fmt(s.wall_ms, ".2f"))
     return [quality, cost]
 
@@ -501,11 +503,13 @@ def _summary_tables(summary, cfg, live: bool = False) -> list[Table]:
 def _theory_table(theory) -> Table:
     t = Table(title="Propositions 1/2 vs this run (ratios to Strong-only per committed step; HBM and latency "
                     "estimated; prediction applied to the reviewed share f, see docs/simulation.md)")
-    for col in ("method", "p_u", "n", "v/d", "rho", "kappa", "f", "R pred.", "R meas.", "L pred.", "L meas."):
+    for col in ("method", "p_u", "n", "v/d", "rho", "kappa", "f", "R pred.", "R pred. per task", "R meas.",
+                "L pred.", "L pred. per task", "L meas."):
         t.add_column(col, justify="right")
     for x in theory:
-        t.add_row(x.method, *(_fmt(v, ".3f") for v in (x.p, x.n, x.v_over_d, x.rho, x.kappa, x.reviewed_share,
-                                                        x.r_predicted, x.r_measured, x.l_predicted, x.l_measured)))
+        t.add_row(x.method, *(_fmt(v, ".3f") for v in (
+            x.p, x.n, x.v_over_d, x.rho, x.kappa, x.reviewed_share, x.r_predicted, x.r_predicted_per_task,
+            x.r_measured, x.l_predicted, x.l_predicted_per_task, x.l_measured)))
     return t
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..costs.theory import l_u, r_u
+from ..costs.theory import expected_steps_per_block, l_u, r_u
 from ..storage.local import LocalStore
 from .results import TrialResult
 from .stats import gap_recovered, paired_bootstrap, pass_at_1
@@ -44,6 +44,7 @@ class MethodSummary:
     strong_tokens: float = math.nan  # per task, prompt + decode
     repair_cached_share: float = math.nan  # cached / prompt tokens over all strong repair calls
     dollars: float = math.nan  # per task, list prices of the priced roles; NaN when none is priced
+    flops_paper_layout: float = math.nan  # FLOPs had repair prompts shared no prefix with verify prompts
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -75,6 +76,7 @@ def method_summaries(results: Sequence[TrialResult], seed: int = 0) -> list[Meth
             strong_hbm_low_tb=_mean([r.strong.hbm_low / TB for r in rs]),
             strong_hbm_high_tb=_mean([r.strong.hbm_high / TB for r in rs]),
             flops=_mean([r.strong.flops + r.weak.flops for r in rs]),
+            flops_paper_layout=_mean([r.flops_paper_layout or r.strong.flops + r.weak.flops for r in rs]),
             gpu_latency_s=_mean([r.strong.gpu_latency_s + r.weak.gpu_latency_s for r in rs]),
             wall_ms=_mean([r.wall_s * 1000 for r in rs]),
             strong_tokens=_mean([r.strong.prompt_tokens + r.strong.decode_tokens for r in rs]),
@@ -107,6 +109,8 @@ class TheoryCheck:
     r_measured: float
     l_predicted: float
     l_measured: float
+    r_predicted_per_task: float = math.nan  # from each task's own p_u and each block's own n
+    l_predicted_per_task: float = math.nan
 
 
 def theory_check(results: Sequence[TrialResult], method: str) -> TheoryCheck | None:
@@ -133,13 +137,43 @@ def theory_check(results: Sequence[TrialResult], method: str) -> TheoryCheck | N
     f = min(1.0, (accepted + rejections) / committed)
     per_step = lambda xs, g: sum(g(r) for r in xs) / sum(r.committed_steps for r in xs)  # noqa: E731
     lat = lambda r: r.strong.gpu_latency_s + r.weak.gpu_latency_s  # noqa: E731
+    r_task, l_task = _per_task_prediction(rs, v / d, rho, kappa)
     return TheoryCheck(
         method, p, reviewed / blocks, v / d, rho, kappa, f,
         r_predicted=f * r_u(p, n, v / d, rho),
         r_measured=per_step(rs, lambda r: hbm(r.strong)) / per_step(strong, lambda r: hbm(r.strong)),
         l_predicted=f * l_u(p, n, v / d, rho, kappa) + (1 - f) * kappa,
         l_measured=per_step(rs, lat) / per_step(strong, lat),
+        r_predicted_per_task=r_task, l_predicted_per_task=l_task,
     )
+
+
+def _per_task_prediction(rs: Sequence[TrialResult], v_over_d: float, rho: float, kappa: float
+                         ) -> tuple[float, float]:
+    """Propositions 1/2 as the paper applies them: each task with its own acceptance rate p_u, each
+    reviewed block with its own length n, averaged over committed steps. Per task, a block of length n
+    costs one verdict (v/d) and commits ``expected_steps_per_block(p_u, n)`` steps on average; the
+    drafter spends n steps of weak latency (kappa) on it."""
+    by_task: dict[str, list[TrialResult]] = {}
+    for r in rs:
+        by_task.setdefault(r.task_id, []).append(r)
+    r_sum = l_sum = committed_all = 0.0
+    for runs in by_task.values():
+        b = [r.blocks for r in runs]
+        accepted, rejections = sum(x.accepted_steps for x in b), sum(x.rejections for x in b)
+        committed = sum(r.committed_steps for r in runs)
+        lengths = [n for x in b for n in x.block_lengths]
+        committed_all += committed
+        if not lengths or accepted + rejections == 0 or committed == 0:
+            l_sum += committed * kappa  # nothing reviewed: every step is a weak step
+            continue
+        p_t = accepted / (accepted + rejections)
+        expected = sum(expected_steps_per_block(p_t, n) for n in lengths)
+        f_t = min(1.0, (accepted + rejections) / committed)
+        r_t = f_t * (len(lengths) * v_over_d / expected + rho * (1 - p_t))
+        r_sum += committed * r_t
+        l_sum += committed * (r_t + f_t * kappa * sum(lengths) / expected + (1 - f_t) * kappa)
+    return (r_sum / committed_all, l_sum / committed_all) if committed_all else (math.nan, math.nan)
 
 
 def _verify_cost(rs: Sequence[TrialResult], hbm) -> float:

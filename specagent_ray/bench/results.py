@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pydantic import BaseModel, ConfigDict
 
 from ..costs.ledger import Ledger
 from ..costs.model import CallCost, ledger_cost
 from ..costs.specs import GpuProfile, ModelSpec
 from ..protocol.types import Trajectory
-from ..telemetry.resources import ResourceReport
+from ..telemetry.resources import ResourceReport, RoleDeployment
 
 
 class Frozen(BaseModel):
@@ -41,6 +43,7 @@ class BlockStats(Frozen):
     invalid_actions: int = 0
     speculation_hits: int = 0
     escalations: int = 0
+    block_lengths: tuple[int, ...] = ()  # each reviewed block's length, in order
 
 
 class TrialResult(Frozen):
@@ -57,6 +60,7 @@ class TrialResult(Frozen):
     resources: ResourceReport | None = None  # the product's per-request report (estimated without a GPU)
     repair_prompt_tokens: int = 0  # prompt tokens of strong repair calls ...
     repair_cached_tokens: int = 0  # ... and the part the engine served from its prefix cache
+    flops_paper_layout: float = 0.0  # strong + weak FLOPs had repair prompts shared no prefix (estimated)
     label: str = "simulated"
 
 
@@ -75,16 +79,34 @@ def role_usage(ledger: Ledger, role: str, spec: ModelSpec, gpu: GpuProfile, n_gp
 
 def block_stats(trajectory: Trajectory) -> BlockStats:
     reviewed = accepted = rejections = 0
+    lengths = []
     for e in trajectory.events:
         if e.kind == "accepted":
             j, n = map(int, e.detail.split("/"))
             reviewed, accepted, rejections = reviewed + n, accepted + j, rejections + (j < n)
+            lengths.append(n)
     return BlockStats(
         reviewed_blocks=trajectory.count("accepted"), reviewed_steps=reviewed, accepted_steps=accepted,
         rejections=rejections, fused_repairs=trajectory.count("fused_repair"),
         strong_repairs=trajectory.count("strong_repair"), invalid_actions=trajectory.count("invalid_action"),
         speculation_hits=trajectory.count("speculation_hit"), escalations=trajectory.count("escalated"),
+        block_lengths=tuple(lengths),
     )
+
+
+def paper_layout(ledger: Ledger) -> Ledger:
+    """The ledger as the paper's prompt layout would have made it: a repair prompt shares no prefix with
+    the verify prompt before it, so none of it is served from cache (ours share a byte-identical block)."""
+    return Ledger([replace(c, usage=replace(c.usage, cached_prompt_tokens=0)) if c.purpose == "repair" else c
+                   for c in ledger.calls])
+
+
+def paper_layout_extra_flops(ledger: Ledger, strong: RoleDeployment) -> float:
+    """The strong FLOPs the paper's layout adds: its repair prompts prefilled in full (estimated)."""
+    def flops(calls: Ledger) -> float:
+        return ledger_cost(calls, "strong", strong.spec, strong.gpu, strong.n_gpus).flops  # type: ignore[arg-type]
+
+    return flops(paper_layout(ledger)) - flops(ledger)
 
 
 def repair_cache(ledger: Ledger) -> dict[str, int]:

@@ -20,7 +20,7 @@ from ..protocol.baselines import METHODS
 from ..protocol.runtime import Parts, SpecConfig
 from ..protocol.types import Task, Trajectory
 from ..telemetry.resources import report_from_ledger
-from .results import TrialResult, block_stats, repair_cache, role_usage
+from .results import TrialResult, block_stats, paper_layout_extra_flops, repair_cache, role_usage
 from .simulation import SimSettings, simulated_parts
 
 HIDDEN = {"specactions": frozenset({"speculate"})}
@@ -65,14 +65,16 @@ async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> 
     hidden = HIDDEN.get(method, frozenset())
     deployments = cfg.hardware.deployments()
     strong, weak = deployments["strong"], deployments["weak"]
+    strong_used = role_usage(parts.ledger, "strong", strong.spec, strong.gpu, strong.n_gpus)
+    weak_used = role_usage(parts.ledger, "weak", weak.spec, weak.gpu, weak.n_gpus, hidden)
     return TrialResult(
         method=method, task_id=task_id, trial=trial,
         reward=grade(trajectory),
         termination=trajectory.termination.value, committed_steps=len(trajectory.steps), wall_s=wall,
-        strong=role_usage(parts.ledger, "strong", strong.spec, strong.gpu, strong.n_gpus),
-        weak=role_usage(parts.ledger, "weak", weak.spec, weak.gpu, weak.n_gpus, hidden),
+        strong=strong_used, weak=weak_used,
         blocks=block_stats(trajectory), resources=report_from_ledger(parts.ledger, deployments),
         **repair_cache(parts.ledger),
+        flops_paper_layout=weak_used.flops + strong_used.flops + paper_layout_extra_flops(parts.ledger, strong),
     )
 
 
