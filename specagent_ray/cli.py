@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .loadtest.command import add_parser as add_loadtest_parser
 
     add_loadtest_parser(sub)
+    from .bench.plan import add_parser as add_plan_parser
+
+    add_plan_parser(sub)
     sv = sub.add_parser("serve", help="the README's main job: the sim profile, then local-cpu (real vLLM on the "
                         "CPU), tau2 sessions through the gateway, SpecAgent against Strong-only; or one profile",
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -214,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "results":
             return _results(args, console)
+        if args.command == "plan":
+            from .bench.plan import run_plan
+
+            return run_plan(args, console)
         if args.command == "loadtest":
             from .loadtest.command import run_loadtest
 

@@ -1,0 +1,319 @@
+"""``specagent-ray plan``: the capacity planner's command: inputs (given or from bench runs), the table, the
+JSON and the plot. The model is ``costs/planner.py`` and ``costs/fleet.py``; the check against the sim's
+load tests is ``bench/plan_sim.py``.
+
+Every figure carries a label: **given** (a flag), **datasheet** (a shipped GPU profile), **measured** (a
+measured GPU profile, with its device; the coordinator shard capacity, on the 2-core VM it was measured on),
+**simulated** (acceptance and tokens from a bench run of the simulated policies) or **estimated** (all the
+planner's outputs: roofline from the model specs and the GPU profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..costs.fleet import SHARD_STEPS_PER_S, Plan, PlanInputs, decode_knee, make_plan
+from ..costs.planner import Acceptance, Engine, Traffic, token_model_shapes
+from ..costs.profiles import read_profile
+from ..costs.specs import GpuProfile, load_gpu, load_model
+from .plan_inputs import from_bench
+
+HELP = """Capacity planner: does SpecAgent save strong-model HBM, GPU-seconds and step latency against
+Strong-only at a traffic level, by how much, where the saving vanishes as batches grow, and how many
+verifier (strong) and drafter (weak) replicas and coordinator shards the load needs.
+
+The model (all outputs ESTIMATED): Proposition 1's call counts per committed step (a verify per f/E steps,
+f*rho*(1-p) separate repairs, f*n/E + 1 - f drafts), each call priced by the roofline of costs/model.py at
+the batch its replica runs; the batch comes from the load by Little's law (closed loop: sessions alternate
+think time, strong time and weak time). Below the decode knee a pass reads the weights once for the whole
+batch, so each session's share falls as the batch grows; Strong-only keeps more sessions in the strong
+engine than SpecAgent, so it gains more, and the saving shrinks; the crossover is the session count where
+a saving falls to 1 (on the same verifier fleet). docs/benchmarks.md ("Capacity planner")
+explains the figures and the check against the simulator."""
+
+EPILOG = """examples:
+  specagent-ray plan                                      # the defaults: 1,000 sessions, paper deployment on H20
+  specagent-ray plan --sessions 200 --think-time-s 5 --gpu h200 --strong-gpus 8
+  specagent-ray plan --from-bench results/tau2-airline-seed0.json      # p, n, rho, f and tokens of a bench run
+  specagent-ray plan --gpu specagent_ray/costs/data/measured/nvidia-h200.yaml   # a measured GPU profile
+  specagent-ray plan --n 1:75,2:39,3:14,4:11 --p 0.9 --rho 0.2 --f 0.3            # a block-length mix
+  specagent-ray plan --check-sim --levels 10,40,100 --duration-s 30               # against the sim's load tests
+
+Defaults of --p/--n/--rho/--f and the token flags are rounded from a simulated tau2 airline bench run
+(`bench tau2 --domain airline --tasks 0..19 --trials 3 --methods strong,specagent`): SIMULATED figures,
+not a real model's; pass --from-bench to use a run of yours. Writes <out>/plan.json and <out>/plan.png."""
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser("plan", help="capacity planner: SpecAgent's savings at a load, the crossover, replicas",
+                       description=HELP, epilog=EPILOG, formatter_class=_Formatter)
+    m = p.add_argument_group("models and GPUs")
+    m.add_argument("--strong-model", default="qwen3.5-397b-a17b", help="verifier's model spec (costs/data/models.yaml)")
+    m.add_argument("--weak-model", default="qwen3-4b", help="drafter's model spec")
+    m.add_argument("--gpu", default="h20", help="shipped GPU profile (h20, h200) or a measured profile YAML "
+                   "written by `bench roofline`")
+    m.add_argument("--strong-gpus", type=int, default=16, help="GPUs of one verifier replica")
+    m.add_argument("--weak-gpus", type=int, default=1, help="GPUs of one drafter replica")
+    m.add_argument("--strong-replicas", default="auto", help="verifier replicas both methods share (auto: what "
+                   "Strong-only needs at --sessions)")
+    m.add_argument("--weak-replicas", default="auto", help="drafter replicas (auto: scaled with the load)")
+    m.add_argument("--max-batch", type=int, default=256, help="most sequences a replica runs at once (vLLM "
+                   "max_num_seqs); KV memory may allow fewer")
+    m.add_argument("--target-batch-strong", type=float, default=None, help="batch a verifier replica is sized "
+                   "for (default: where a sequence's own KV reads or FLOPs cost as much as the pass's shared "
+                   "weight reads and collectives; at most the batch cap)")
+    m.add_argument("--target-batch-weak", type=float, default=None, help="the same for a drafter replica")
+    m.add_argument("--shard-steps-per-s", type=float, default=SHARD_STEPS_PER_S,
+                   help="committed steps/s one coordinator shard carries (default MEASURED on a 2-core VM)")
+    t = p.add_argument_group("traffic")
+    t.add_argument("--sessions", type=float, default=1000, help="concurrent sessions")
+    t.add_argument("--steps-per-session", type=float, default=None, help="committed steps per session "
+                   "(default 14, or the bench run's)")
+    t.add_argument("--think-time-s", type=float, default=1.0, help="time per committed step outside the "
+                   "engines (tool calls, user replies)")
+    a = p.add_argument_group("acceptance (given, or --from-bench)")
+    a.add_argument("--from-bench", type=Path, nargs="+", default=None, metavar="JSON",
+                   help="`bench tau2` results with strong and specagent runs: p, n (its block-length mix), "
+                        "rho, f, call tokens and steps per session come from them (pooled)")
+    a.add_argument("--p", type=float, default=0.9, help="per-step acceptance p_u")
+    a.add_argument("--n", default="1.8", help="mean block length, or a mix LENGTH:COUNT,... (e.g. 1:75,2:39)")
+    a.add_argument("--rho", type=float, default=0.2, help="separate strong repairs per rejection")
+    a.add_argument("--f", type=float, default=0.3, help="reviewed share of committed steps")
+    k = p.add_argument_group("tokens (token model; ignored with --from-bench)")
+    k.add_argument("--system-tokens", type=float, default=2600, help="prompt tokens before the first step")
+    k.add_argument("--new-tokens", type=float, default=460, help="prompt tokens each committed step adds")
+    k.add_argument("--step-tokens", type=float, default=723, help="decode tokens of one step (strong or weak)")
+    k.add_argument("--verdict-tokens", type=float, default=618, help="decode tokens of one verdict")
+    o = p.add_argument_group("output")
+    o.add_argument("--max-sessions", type=float, default=None, help="top of the sweep (default: 20 x --sessions, "
+                   "at least 1,000)")
+    o.add_argument("--points", type=int, default=32, help="session counts in the sweep")
+    o.add_argument("--out", type=Path, default=Path("results/plan"), help="folder for plan.json and plan.png")
+    c = p.add_argument_group("check against the simulator (starts the sim profile on local Ray)")
+    c.add_argument("--check-sim", action="store_true", help="run sim load tests at --levels and compare strong "
+                   "HBM per committed step with the planner's")
+    c.add_argument("--levels", default="10,40,100", help="concurrent sessions of each load test")
+    c.add_argument("--duration-s", type=float, default=30.0, help="session starts of each load test")
+    c.add_argument("--tasks", default="airline:0-19", help="task mix of the load tests and of the bench run the "
+                   "planner's inputs come from (when --from-bench is not given)")
+    c.add_argument("--trials", type=int, default=3, help="trials of that bench run")
+    return p
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The planner's inputs and the label of each input figure."""
+
+    inputs: PlanInputs
+    labels: dict[str, str]
+
+
+def gpu_profile(text: str) -> tuple[GpuProfile, str]:
+    """A shipped profile name, or a measured profile YAML; with its label."""
+    path = Path(text)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.exists():
+            raise ValueError(f"no GPU profile file {path}")
+        gpu, measured = read_profile(path)
+        return gpu, f"measured on {measured.get('device')} ({measured.get('date')}; {path})"
+    return load_gpu(text), f"datasheet (costs/data/gpus.yaml: {text})"
+
+
+def parse_blocks(text: str) -> float | dict[int, int]:
+    """``1.8`` (a mean) or ``1:75,2:39`` (counts per block length)."""
+    try:
+        if ":" not in text:
+            return float(text)
+        return {int(k): int(v) for k, v in (part.split(":") for part in text.split(",") if part.strip())}
+    except ValueError:
+        raise ValueError(f"--n takes a mean (1.8) or LENGTH:COUNT pairs (1:75,2:39), got {text!r}") from None
+
+
+def _replicas(text: str, flag: str) -> int | None:
+    if text == "auto":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{flag} takes auto or a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def resolve(args: argparse.Namespace) -> Resolved:
+    """The planner's inputs from the flags (and bench runs). ValueError with the reason on a bad input."""
+    gpu, gpu_label = gpu_profile(args.gpu)
+    strong_n, weak_n = _replicas(args.strong_replicas, "--strong-replicas"), _replicas(args.weak_replicas, "--weak-replicas")
+    strong = Engine(load_model(args.strong_model), gpu, args.strong_gpus, strong_n or 1, args.max_batch)
+    weak = Engine(load_model(args.weak_model), gpu, args.weak_gpus, weak_n or 1, args.max_batch)
+    labels = {"gpu": gpu_label, "traffic": "given", "shard capacity": "measured (sim profile, 2-core VM, "
+              "`specagent-ray bench scale --client-processes 2`)" if args.shard_steps_per_s == SHARD_STEPS_PER_S
+              else "given"}
+    if args.from_bench:
+        bench = from_bench(args.from_bench)
+        acc, shapes, steps = bench.acceptance, bench.shapes, args.steps_per_session or bench.steps_per_session
+        labels.update(acceptance=f"simulated ({bench.source})", tokens=f"simulated ({bench.source})")
+    else:
+        n = parse_blocks(args.n)
+        acc = (Acceptance.from_mean(args.p, n, args.rho, args.f) if isinstance(n, float)
+               else Acceptance.from_counts(args.p, n, args.rho, args.f))
+        steps = args.steps_per_session or 14.0
+        shapes = token_model_shapes(acc, steps, args.system_tokens, args.new_tokens, args.step_tokens,
+                                    args.verdict_tokens)
+        labels.update(acceptance="given (defaults: simulated bench run, rounded)",
+                      tokens="given (defaults: simulated token model, rounded)")
+    inputs = PlanInputs(strong, weak, Traffic(args.sessions, steps, args.think_time_s), acc, shapes,
+                        args.shard_steps_per_s, auto_weak=weak_n is None, auto_strong=strong_n is None,
+                        target_batch_strong=args.target_batch_strong, target_batch_weak=args.target_batch_weak)
+    return Resolved(inputs, labels)
+
+
+def run_plan(args: argparse.Namespace, console: Console) -> int:
+    resolved = resolve(args)
+    if args.check_sim:
+        from .plan_sim import run_check
+
+        return run_check(args, resolved, console)
+    plan = make_plan(resolved.inputs, args.max_sessions, args.points)
+    for table in tables(plan, resolved.labels):
+        console.print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "plan.json", plan, resolved.labels)
+    from .plan_plot import plot
+
+    plot(args.out / "plan.png", plan)
+    console.print(f"wrote {args.out / 'plan.json'} and {args.out / 'plan.png'}")
+    return 0
+
+
+def _tb(x: float) -> str:
+    return f"{x / 1e12:.2f}"
+
+
+def _x(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+def tables(plan: Plan, labels: dict[str, str]) -> list[Table]:
+    """The input table, the figures at the planned load, the crossovers and the fleet."""
+    i, acc = plan.inputs, plan.inputs.acceptance
+    t0 = Table(title="Capacity plan: inputs")
+    for col in ("input", "value", "label"):
+        t0.add_column(col)
+    t0.add_row("strong / weak model", f"{i.strong.spec.name} on {i.strong.gpus} x {i.strong.gpu.name} / "
+               f"{i.weak.spec.name} on {i.weak.gpus} x {i.weak.gpu.name}", "given")
+    t0.add_row("GPU profile", f"{i.strong.gpu.hbm_bytes_per_s / 1e12:.2f} TB/s, {i.strong.gpu.peak_flops / 1e12:.0f} "
+               "TFLOP/s per GPU", labels["gpu"])
+    tr = i.traffic
+    t0.add_row("traffic", f"{tr.sessions:g} sessions, {tr.steps_per_session:.1f} steps each, {tr.think_time_s:g} s "
+               "think time per step", labels["traffic"])
+    t0.add_row("acceptance", f"p {acc.p:.3f}, n {acc.mean_n:.2f} (mix " + ", ".join(
+        f"{n}:{w:.2f}" for n, w in acc.blocks) + f"), rho {acc.rho:.3f}, f {acc.f:.3f}", labels["acceptance"])
+    s = i.shapes
+    t0.add_row("tokens per call (prompt / cached / decode)", "; ".join(
+        f"{name} {c.prompt:.0f} / {c.cached:.0f} / {c.decode:.0f}" for name, c in
+        (("step", s.step), ("verify", s.verify), ("repair", s.repair), ("draft", s.draft))), labels["tokens"])
+    t0.add_row("coordinator shard capacity", f"{i.shard_steps_per_s:g} committed steps/s", labels["shard capacity"])
+    return [t0, _load_table(plan), _crossover_table(plan), _fleet_table(plan)]
+
+
+def _load_table(plan: Plan) -> Table:
+    so, sa = plan.at_load["strong"], plan.at_load["specagent"]
+    i = plan.inputs
+    t = Table(title=f"At {i.traffic.sessions:g} sessions on {i.strong.replicas} verifier replica(s) "
+                    "(ESTIMATED; saving = Strong-only / SpecAgent)")
+    for col in ("figure", "Strong-only", "SpecAgent", "saving", "label"):
+        t.add_column(col, justify="right" if col not in ("figure", "label") else "left")
+    rows = [("committed steps / s", f"{so.steps_per_s:.1f}", f"{sa.steps_per_s:.1f}", "", "estimated"),
+            ("strong batch per replica (sequences)", f"{so.batch_strong:.1f}", f"{sa.batch_strong:.1f}", "", "estimated"),
+            ("drafter batch per replica / replicas", "-", f"{sa.batch_weak:.1f} / {_weak_reps(plan)}", "", "estimated"),
+            ("strong HBM per committed step, TB", _tb(so.cost.strong.hbm), _tb(sa.cost.strong.hbm),
+             _x(plan.saving["hbm"]), "estimated"),
+            ("GPU-s per committed step (strong + weak)", f"{so.cost.gpu_s:.3f}", f"{sa.cost.gpu_s:.3f}",
+             _x(plan.saving["gpu_s"]), "estimated"),
+            ("step latency s (engines + queueing)", f"{so.step_latency_s:.2f}", f"{sa.step_latency_s:.2f}",
+             _x(plan.saving["latency"]), "estimated"),
+            ("capped by (sessions queue)", so.capped or "-", sa.capped or "-", "", "estimated"),
+            ("Prop. 1: R = f R_u at batch 1 (v/d " + f"{plan.v_over_d:.2f})", "1", f"{plan.r_predicted:.3f}",
+             _x(1 / plan.r_predicted), "estimated"),
+            ("Prop. 2: L = f L_u + (1-f) kappa at batch 1 (kappa " + f"{plan.kappa:.2f})", "1",
+             f"{plan.l_predicted:.3f}", _x(1 / plan.l_predicted), "estimated")]
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def _weak_reps(plan: Plan) -> int:
+    from ..costs.fleet import weak_for
+
+    return weak_for(plan.inputs, plan.inputs.traffic.sessions).replicas
+
+
+def _crossover_table(plan: Plan) -> Table:
+    top = plan.sweep[-1].sessions
+    t = Table(title=f"Where the saving vanishes (ESTIMATED; sessions 1-{top:,.0f}, same verifier fleet)")
+    for col in ("saving", "at planned load", "lowest in range (at sessions)", "<= 1 from", "above 1 again from"):
+        t.add_column(col)
+    names = {"hbm": "strong HBM / step", "gpu_s": "GPU-s / step", "latency": "step latency"}
+    for metric, name in names.items():
+        low = min(plan.sweep, key=lambda p: p.saving[metric])
+        first, back = plan.crossover[metric]
+        t.add_row(name, _x(plan.saving[metric]), f"{_x(low.saving[metric])} ({low.sessions:,.0f})",
+                  "none within range" if first is None else f"{first:,.0f} sessions",
+                  "-" if first is None else ("not within range" if back is None else f"{back:,.0f} sessions"))
+    return t
+
+
+def _fleet_table(plan: Plan) -> Table:
+    i = plan.inputs
+    t = Table(title=f"Fleet for {i.traffic.sessions:g} sessions, each replica at its target batch (ESTIMATED; "
+                    "shards from the measured shard capacity)")
+    for col in ("figure", "Strong-only", "SpecAgent"):
+        t.add_column(col, justify="right" if col != "figure" else "left")
+    so, sa = plan.sizing["strong"], plan.sizing["specagent"]
+    knee = decode_knee(i.strong, i.shapes.step.prompt)
+    rows = [("target batch strong / weak (strong compute knee: " + ("none" if knee is None else f"{knee:.0f}") + ")",
+             f"{so.target_batch_strong:.0f} / -", f"{sa.target_batch_strong:.0f} / {sa.target_batch_weak:.0f}"),
+            ("committed steps / s", f"{so.steps_per_s:.1f}", f"{sa.steps_per_s:.1f}"),
+            ("step latency s", f"{so.step_latency_s:.2f}", f"{sa.step_latency_s:.2f}"),
+            ("strong decode tokens / s needed (one replica gives)",
+             f"{so.strong_decode_tokens_per_s:,.0f} ({so.strong_replica_tokens_per_s:,.0f})",
+             f"{sa.strong_decode_tokens_per_s:,.0f}"),
+            (f"verifier replicas (x {i.strong.gpus} GPUs)", str(so.strong_replicas), str(sa.strong_replicas)),
+            (f"drafter replicas (x {i.weak.gpus} GPUs)", "0", str(sa.weak_replicas)),
+            ("GPUs in all", str(so.strong_replicas * i.strong.gpus),
+             str(sa.strong_replicas * i.strong.gpus + sa.weak_replicas * i.weak.gpus)),
+            ("GPUs per committed step/s", f"{so.strong_replicas * i.strong.gpus / so.steps_per_s:.2f}",
+             f"{(sa.strong_replicas * i.strong.gpus + sa.weak_replicas * i.weak.gpus) / sa.steps_per_s:.2f}"),
+            ("coordinator shards (at least 2 for restarts, docs/serving.md)", str(so.shards), str(sa.shards))]
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def plan_dict(plan: Plan, labels: dict[str, str]) -> dict[str, Any]:
+    """The plan as JSON-ready data; figures under ``estimated`` are the planner's."""
+    i = plan.inputs
+    return {"labels": {**labels, "outputs": "estimated"},
+            "inputs": {"strong": {"model": i.strong.spec.name, "gpu": i.strong.gpu.model_dump(), "gpus": i.strong.gpus,
+                                  "replicas": i.strong.replicas, "max_batch": i.strong.max_batch},
+                       "weak": {"model": i.weak.spec.name, "gpus": i.weak.gpus},
+                       "traffic": asdict(i.traffic), "acceptance": asdict(i.acceptance), "shapes": asdict(i.shapes),
+                       "shard_steps_per_s": i.shard_steps_per_s},
+            "estimated": {"at_load": {m: asdict(o) for m, o in plan.at_load.items()}, "saving": plan.saving,
+                          "crossover": plan.crossover, "sizing": {m: asdict(s) for m, s in plan.sizing.items()},
+                          "v_over_d": plan.v_over_d, "kappa": plan.kappa, "r_predicted": plan.r_predicted,
+                          "l_predicted": plan.l_predicted, "sweep": [asdict(p) for p in plan.sweep]}}
+
+
+def write_json(path: Path, plan: Plan, labels: dict[str, str]) -> None:
+    path.write_text(json.dumps(plan_dict(plan, labels), indent=1) + "\n", encoding="utf-8")
+

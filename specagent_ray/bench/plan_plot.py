@@ -1,0 +1,60 @@
+"""The planner's plot: the saving against concurrent sessions, with the crossover marked (ESTIMATED)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..costs.fleet import Plan
+
+NAMES = {"hbm": "strong HBM per committed step", "gpu_s": "GPU-s per committed step (strong + weak)",
+         "latency": "step latency"}
+COLORS = {"hbm": "tab:blue", "gpu_s": "tab:orange", "latency": "tab:green"}
+
+
+def plot(path: Path, plan: Plan) -> Path:
+    """Two panels: the savings (Strong-only / SpecAgent) against sessions, log x, with y = 1, each metric's
+    crossover (dotted line, labelled) and the planned load; and each method's strong batch per replica."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    i = plan.inputs
+    xs = [p.sessions for p in plan.sweep]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6), dpi=110)
+    for metric, name in NAMES.items():
+        left.plot(xs, [p.saving[metric] for p in plan.sweep], color=COLORS[metric], label=name)
+        first, back = plan.crossover[metric]
+        for n, what in ((first, "<= 1 from"), (back, "> 1 again from")):
+            if n is not None:
+                left.axvline(n, color=COLORS[metric], linestyle=":", linewidth=1)
+                left.annotate(f"{what} {n:,.0f}", (n, 1.0), textcoords="offset points", xytext=(4, 8),
+                              color=COLORS[metric], fontsize=8, rotation=90)
+    left.axhline(1.0, color="black", linewidth=0.8)
+    left.set_ylim(bottom=0)
+    left.axvline(i.traffic.sessions, color="gray", linestyle="--", linewidth=0.8)
+    left.annotate(f"planned load ({i.traffic.sessions:g})", (i.traffic.sessions, 0), textcoords="offset points",
+                  xytext=(-4, 4), ha="right", fontsize=8, color="gray")
+    left.set_xscale("log")
+    left.set_xlabel("concurrent sessions")
+    left.set_ylabel("saving: Strong-only / SpecAgent (ESTIMATED)")
+    left.legend(fontsize=8, loc="best")
+    left.grid(alpha=0.3)
+    for method, style in (("strong", "-"), ("specagent", "--")):
+        right.plot(xs, [p.batch_strong[method] for p in plan.sweep], style, color="tab:purple",
+                   label=f"{'Strong-only' if method == 'strong' else 'SpecAgent'}")
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("concurrent sessions")
+    right.set_ylabel("strong batch per verifier replica (ESTIMATED)")
+    right.legend(fontsize=8)
+    right.grid(alpha=0.3)
+    acc = i.acceptance
+    fig.suptitle(f"Capacity plan (ESTIMATED): {i.strong.spec.name} on {i.strong.replicas} x {i.strong.gpus} "
+                 f"{i.strong.gpu.name}, drafter {i.weak.spec.name}; p {acc.p:.2f}, n {acc.mean_n:.2f}, "
+                 f"rho {acc.rho:.2f}, f {acc.f:.2f}; think {i.traffic.think_time_s:g} s/step", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
