@@ -10,9 +10,11 @@ unchanged state draws afresh instead of repeating its mistake forever.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any, Callable, Sequence
 
 from ..protocol.types import (
@@ -25,16 +27,28 @@ SIMULATED = "simulated"
 
 @dataclass(frozen=True)
 class GoldScript:
-    """The ordered items of a perfect run, each with its effect."""
+    """The ordered items of a perfect run, each with its effect, and the equivalent forms of each item:
+    ``equivalents[i]`` are actions that make the same progress as ``items[i]`` (a message worded
+    differently; the item itself first). Empty: every item has one form."""
 
     items: tuple[Action, ...]
     effects: tuple[Effect, ...]
     spare_reads: tuple[Action, ...]  # harmless reads a distracted agent might add
+    equivalents: tuple[tuple[Action, ...], ...] = ()
+
+    def forms(self, i: int) -> tuple[Action, ...]:
+        return self.equivalents[i] if self.equivalents else (self.items[i],)
+
+    def matches(self, i: int, action: Action) -> bool:
+        """Whether ``action`` is one of item i's equivalent forms (the semantic test, not the exact one)."""
+        return any(action.same_as(form) for form in self.forms(i))
 
     def pending(self, steps: Sequence[Step]) -> list[int]:
-        """Indices of script items not yet done in ``steps`` (executed or sent; staged steps are not done).
-        A gold call that returns an error is done too: some tau2 gold actions fail by design."""
-        done = Counter(s.action.key() for s in steps if s.observation is not None)
+        """Indices of script items not yet done in ``steps`` (executed or sent, in any equivalent form;
+        staged steps are not done). A gold call that returns an error is done too: some tau2 gold actions
+        fail by design."""
+        canonical = {form.key(): item.key() for i, item in enumerate(self.items) for form in self.forms(i)}
+        done = Counter(canonical.get(s.action.key(), s.action.key()) for s in steps if s.observation is not None)
         left = []
         for i, item in enumerate(self.items):
             k = item.key()
@@ -45,18 +59,42 @@ class GoldScript:
         return left
 
 
+# Equivalent wordings of the script's own messages: a real agent says the same thing many ways. A
+# confirmation keeps its closing question (the scripted user answers it), a closing keeps its facts.
+CONFIRM_FORMS = ("I will now {}. Shall I proceed?", "Next step: {}. Shall I proceed?",
+                 "To do this I need to {}. Shall I proceed?")
+CLOSING_FORMS = ("Everything is taken care of.", "All done.", "Your request is complete.")
+ASK_FORMS = ("Could you please give me your {}?", "May I have your {}, please?", "What is your {}?")
+
+
 def build_script(gold_calls: Sequence[Action], communicate: Sequence[str], effect: Callable[[Action], Effect],
-                 spare_reads: Sequence[Action]) -> GoldScript:
-    items: list[Action] = []
+                 spare_reads: Sequence[Action], clarify: bool = True) -> GoldScript:
+    """The gold path with what real agents add: before the first call that needs an identifier, a question
+    asking the user for it (``clarify``); before each write, a confirmation; a closing message with the
+    facts to communicate; a stop. Messages come with their equivalent wordings."""
+    forms: list[tuple[Action, ...]] = []
+    asked: set[tuple[str, str]] = set()
     for call in gold_calls:  # tool calls, and (dual-control domains) messages asking the user to act
+        if call.kind is ActionKind.TOOL and clarify:
+            for name in _new_identifiers(call, asked):
+                forms.append(tuple(Action.message(f.format(name.replace("_", " "))) for f in ASK_FORMS))
         if call.kind is ActionKind.TOOL and effect(call) is Effect.WRITE:
-            items.append(Action.message(f"I will now {call.describe()}. Shall I proceed?"))
-        items.append(call)
-    closing = "Everything is taken care of." + "".join(f" {c}." for c in communicate)
-    items += [Action.message(closing), Action.stop()]
+            forms.append(tuple(Action.message(f.format(call.describe())) for f in CONFIRM_FORMS))
+        forms.append((call,))
+    facts = "".join(f" {c}." for c in communicate)
+    forms += [tuple(Action.message(f + facts) for f in CLOSING_FORMS), (Action.stop(),)]
+    items = tuple(f[0] for f in forms)
     effects = tuple(effect(a) if a.kind is ActionKind.TOOL else Effect.WRITE for a in items)
     reads = [a for a, e in zip(items, effects, strict=False) if e is Effect.READ and a.kind is ActionKind.TOOL]
-    return GoldScript(tuple(items), effects, tuple(reads) or tuple(spare_reads))
+    return GoldScript(items, effects, tuple(reads) or tuple(spare_reads), tuple(forms))
+
+
+def _new_identifiers(call: Action, asked: set[tuple[str, str]]) -> list[str]:
+    """The call's ``*_id`` arguments whose value the user has not been asked for yet (recorded in ``asked``)."""
+    assert call.call is not None
+    new = [(k, str(v)) for k, v in sorted(call.call.arguments.items()) if k.endswith("_id") and (k, str(v)) not in asked]
+    asked.update(new)
+    return [k for k, _ in new]
 
 
 @dataclass(frozen=True)
@@ -77,10 +115,10 @@ class ErrorRates:
 
 
 # Calibrated so Strong-only and Weak-only land near the paper's airline Pass@1 (86 / 80); see docs.
-STRONG_RATES = ErrorRates(wrong_arg=0.14, needless_read=0.03, skipped_read=0.02, premature_write=0.025,
-                          premature_stop=0.025)
-WEAK_RATES = ErrorRates(wrong_arg=0.17, needless_read=0.15, skipped_read=0.12, premature_write=0.03,
-                        premature_stop=0.02)
+STRONG_RATES = ErrorRates(wrong_arg=0.14, needless_read=0.03, skipped_read=0.02, premature_write=0.0125,
+                          premature_stop=0.0125)
+WEAK_RATES = ErrorRates(wrong_arg=0.17, needless_read=0.15, skipped_read=0.12, premature_write=0.015,
+                        premature_stop=0.01)
 # tau2 telecom, calibrated to vendor-reported telecom Pass@1 on the public tau2 leaderboard (as listed by
 # agentsdirectory.dev, June 2026): a strong model at 83.0 (Claude Haiku 4.5) and a weak one at 64.4
 # (Nemotron 3 Super). The airline strong rates already land at 83.0 on telecom's 114 base tasks x 3
@@ -98,6 +136,24 @@ BFCL_WEAK_RATES = ErrorRates(wrong_arg=0.136, needless_read=0.12, skipped_read=0
 DOMAIN_RATES = {"telecom": (STRONG_RATES, TELECOM_WEAK_RATES),  # (strong, weak); other domains: the defaults
                 **{f"bfcl-{c}": (BFCL_STRONG_RATES, BFCL_WEAK_RATES)
                    for c in ("base", "miss_func", "miss_param", "long_context")}}
+
+
+@dataclass(frozen=True)
+class Style:
+    """How a policy's correct steps vary (SIMULATED; not errors, so its confidence does not drop):
+    it words a message in any of its equivalent forms, takes the reads it needs next in any order
+    (``reorder_reads``), and before a step adds a harmless read with probability ``explore_read``
+    (re-reading what it read, or a spare read), as real agents look around."""
+
+    reorder_reads: bool = True
+    explore_read: float = 0.0
+
+
+# Calibrated with the error rates (docs/simulation.md): Strong-only takes about the paper's 13.8 strong
+# calls per airline task, and AgentCollab's escalations cost about what the paper reports.
+STYLE = Style(reorder_reads=True, explore_read=0.5)
+CONFIDENCE_AUC = 0.65
+ERROR_CORRELATION = 0.8
 
 
 @dataclass(frozen=True)
@@ -155,6 +211,13 @@ class SimulatedPolicy:
     cache: PrefixCache
     seed: tuple = ()
     valid: Callable[[Action], bool] = lambda a: True
+    style: Style = Style()
+    confidence_auc: float = 0.65  # how well its confidence separates correct steps from errors
+    # Errors are not independent across models: a state that trips one model tends to trip the other, the
+    # same way. Each model's error draw mixes a draw shared by every model at that state with its own
+    # (a Gaussian copula of this correlation), and what the error is (the stop, the wrong argument, the
+    # extra read) comes from the shared draw, so two models that both err there make the same mistake.
+    error_correlation: float = 0.0
     label: str = field(default=SIMULATED, init=False)
     calls: int = field(default=0, init=False)
 
@@ -167,8 +230,10 @@ class SimulatedPolicy:
         nxt = left[0]
         self.calls += 1  # part of the state: a retry at the same history draws afresh
         last = steps[-1].action.key() if steps else ""
-        rng = _rng(*self.seed, self.role, self.calls, len(steps), last)
-        u = rng.random()
+        own = _rng(*self.seed, self.role, self.calls, len(steps), last)
+        rng = _rng(*self.seed, "state", len(steps), last)  # what any model meets here (see error_correlation)
+        u = NormalDist().cdf(self.error_correlation * rng.gauss(0, 1)
+                             + math.sqrt(1 - self.error_correlation**2) * own.gauss(0, 1))
 
         def draw(rate: float) -> bool:
             """One slice of [0, 1) per error kind that applies here, so rates are per-step probabilities."""
@@ -178,31 +243,58 @@ class SimulatedPolicy:
             u -= rate
             return False
 
-        if draw(r.premature_stop):
-            return Action.stop(), True
-        if draw(r.needless_read):
-            spare = self.script.spare_reads
-            return spare[rng.randrange(len(spare))], True
+        # Harmful kinds take the lowest slices, in the same order for every model, so that two models
+        # whose draws are correlated err in the same way; harmless kinds come after.
         item, effect = items[nxt], effects[nxt]
         is_write = effect is Effect.WRITE and item.kind is ActionKind.TOOL
+        later = [i for i in left[1:] if effects[i] is Effect.WRITE and items[i].kind is ActionKind.TOOL]
+        if draw(r.premature_stop):
+            return Action.stop(), True
         if is_write and draw(r.wrong_arg):
             wrong = mutate(item, rng, self.valid)
             return wrong, not wrong.same_as(item)
-        if effect is Effect.READ and len(left) > 1 and draw(r.skipped_read):
-            return items[left[1]], True
-        later = [i for i in left[1:] if effects[i] is Effect.WRITE and items[i].kind is ActionKind.TOOL]
         if not is_write and later and draw(r.premature_write):
             early = items[later[0]]
             return (mutate(early, rng, self.valid) if rng.random() < 0.5 else early), True
-        return item, False
+        if draw(r.needless_read):
+            spare = self.script.spare_reads
+            return spare[rng.randrange(len(spare))], True
+        if effect is Effect.READ and len(left) > 1 and draw(r.skipped_read):
+            return items[left[1]], True
+        return self._styled(left, steps, own), False
+
+    def _styled(self, left: list[int], steps: Sequence[Step], rng: random.Random) -> Action:
+        """The next item, in this policy's own style: an exploring read, a read out of order, or the
+        item in one of its equivalent forms."""
+        script, style = self.script, self.style
+        done = [s.action for s in steps if s.observation is not None and s.action.kind is ActionKind.TOOL
+                and s.effect is Effect.READ]
+        pool = done or list(script.spare_reads)
+        if pool and rng.random() < style.explore_read:
+            return pool[rng.randrange(len(pool))]
+        reads = []
+        for i in left:
+            if not (script.effects[i] is Effect.READ and script.items[i].kind is ActionKind.TOOL):
+                break
+            reads.append(i)
+        if style.reorder_reads and len(reads) > 1:
+            return script.items[reads[rng.randrange(len(reads))]]
+        forms = script.forms(left[0])
+        return forms[rng.randrange(len(forms))]
 
     async def propose(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> Proposal:
         steps = history.steps + tuple(draft) if draft else history.steps
         action, erred = self.next_action(steps)
-        conf_rng = _rng(*self.seed, self.role, "confidence", self.calls)
-        confidence = conf_rng.uniform(0.15, 0.7) if erred else conf_rng.uniform(0.4, 1.0)
+        confidence = self.confidence(erred, _rng(*self.seed, self.role, "confidence", self.calls))
         usage = self.tokens.step_usage(self.cache, history, draft, action, self.role)
         return Proposal(action, usage, confidence)
+
+    def confidence(self, erred: bool, rng: random.Random) -> float:
+        """A self-report in (0, 1) whose AUC at telling correct steps from errors is ``confidence_auc``:
+        logistic(z) with z ~ N(+d/2, 1) for a correct step and N(-d/2, 1) for an error,
+        d = sqrt(2) * Phi^-1(AUC)."""
+        d = math.sqrt(2) * NormalDist().inv_cdf(self.confidence_auc)
+        return 1 / (1 + math.exp(-rng.gauss(-d / 2 if erred else d / 2, 1.0)))
 
 
 @dataclass
@@ -231,7 +323,7 @@ class SimulatedVerifier:
             ok = step.action.kind is ActionKind.STOP
             return ok, "" if ok else "the task is complete; the agent should stop"
         want = self.script.items[left[0]]
-        ok = step.action.same_as(want)
+        ok = self.script.matches(left[0], step.action)  # semantic: any equivalent form is progress
         return ok, "" if ok else f"expected {want.describe()} next, not {step.action.describe()}"
 
     async def verify(self, history: History, block: Sequence[Step]) -> Review:

@@ -45,11 +45,13 @@ class TokenModel:
     Calibrated on the paper's airline table (thinking mode): Strong-only reads about 24 TB of HBM per
     strong call (333 TB / 13.8 calls), i.e. about 700 decoded tokens per step at 34 GB of active bf16
     weights per token; a verdict reasons over the whole block before answering (``verdict_tokens``).
+    The same table puts SpecAgent at 148 TB over 3.1 strong calls, about 48 TB per call: a verdict
+    (with its fused repair) decodes about two steps' worth, 1,400 tokens.
     """
 
     system_tokens: int = 2500
     reasoning: dict[str, int] = field(default_factory=lambda: {"weak": 700, "strong": 700})
-    verdict_tokens: int = 600
+    verdict_tokens: int = 1400
     verdict_tokens_per_step: int = 6
     chars_per_token: float = 4.0
 

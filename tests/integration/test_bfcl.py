@@ -4,6 +4,7 @@ multi-turn checker as the grader (bfcl-eval installed with --no-deps)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 import inspect
 
 import pytest
@@ -19,7 +20,7 @@ from specagent_ray.tools.bfcl import (
     CATEGORIES, EFFECTS, BfclTools, backend_class, call_string, effect, function_docs, load_cases, parse_call, reward,
 )
 
-ZERO = SimSettings(strong=ErrorRates(), weak=ErrorRates())
+ZERO = replace(SimSettings.for_domain("bfcl-base"), strong=ErrorRates(), weak=ErrorRates())  # its own style
 
 
 def grade(domain: str, case_id: str, trajectory) -> float:

@@ -17,7 +17,7 @@ from specagent_ray.serve.records import StepJson
 from specagent_ray.serve.wire import observation_dict, observation_from
 from specagent_ray.tools.tau2 import Grader, Tau2Domain, Tau2Tools
 
-ZERO = SimSettings(strong=ErrorRates(), weak=ErrorRates())
+ZERO = replace(SimSettings.for_domain("telecom"), strong=ErrorRates(), weak=ErrorRates())  # its own style
 AIRPLANE = ToolCall("toggle_airplane_mode", {})
 
 
