@@ -307,12 +307,12 @@ def test_plan_help_teaches(capsys):
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_check_against_sim_load_tests(tmp_path):
-    """`plan --check-sim` end to end at a smaller scale than docs/benchmarks.md's (2 levels, 15 s each, 10
-    tasks): a fresh bench run gives the planner's inputs, the sim profile serves the load tests. At this
-    scale one level holds a few dozen sessions, whose task/trial mix alone moves the per-step figure by
-    +-15 % (the bootstrap interval the check prints), so the bound is asserted on all sessions together;
-    the documented 3-level run asserts it per level."""
-    rc = main(["plan", "--check-sim", "--levels", "20,60", "--duration-s", "15", "--tasks", "airline:0-9",
+    """`plan --check-sim` end to end at a smaller scale than docs/benchmarks.md's (2 levels of 30 s, 20
+    tasks): a fresh bench run gives the planner's inputs, the sim profile serves the load tests. Shorter
+    runs finish mostly short sessions and bias the per-step figure (15 s and 10 tasks gave +11 to +13 %
+    on a loaded machine), so the bound is asserted on all sessions together; the documented 3-level run
+    asserts it per level."""
+    rc = main(["plan", "--check-sim", "--levels", "20,60", "--duration-s", "30", "--tasks", "airline:0-19",
                "--trials", "3", "--out", str(tmp_path)])
     assert rc in (0, 1)
     rows = json.loads((tmp_path / "plan-check-sim.json").read_text())["rows"]
