@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
@@ -11,8 +10,8 @@ from types import SimpleNamespace
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from .bench.tables import bench_name, compare_table, edge_cloud_table, summary_tables, theory_table
 from .models.backend import BackendError
 from .storage.base import StoreError
 
@@ -162,11 +161,6 @@ def _add_results_parser(sub) -> None:
     cmp_.add_argument("--store", default=None, metavar="URI", help=store_help)
 
 
-def _bench_name(domain: str, sep: str = " ") -> str:
-    """``tau2 airline`` / ``bfcl base`` (with ``sep="-"``: the output files' stem)."""
-    return sep.join(domain.split("-", 1)) if domain.startswith("bfcl-") else f"tau2{sep}{domain}"
-
-
 def _live_args(p: argparse.ArgumentParser) -> None:
     """``--backend vllm`` and its endpoints, shared by ``bench tau2`` and ``bench bfcl``."""
     live = p.add_argument_group("real engines (--backend vllm)")
@@ -292,7 +286,7 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     if live and (not args.weak or not args.strong):
         raise ValueError("--backend vllm needs --weak and --strong (an endpoint URL or a model folder each)")
     total = len(task_ids(cfg)) * cfg.trials * len(cfg.methods)
-    stem = f"{_bench_name(cfg.domain, '-')}-{'live' if live else 'seed' + str(args.seed)}"
+    stem = f"{bench_name(cfg.domain, '-')}-{'live' if live else 'seed' + str(args.seed)}"
     store = _open_store(args.store) if args.store else None
     if store is not None:
         store.list(stem)  # reachable, bucket exists: fail now rather than after the run
@@ -300,22 +294,22 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
                TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         what = "real engines" if live else "simulated policies"
-        bar = progress.add_task(f"{_bench_name(cfg.domain)} ({what})", total=total)
+        bar = progress.add_task(f"{bench_name(cfg.domain)} ({what})", total=total)
         advance = lambda n: progress.advance(bar, n)  # noqa: E731
         results = _run_live(args, cfg, advance) if live else run_bench(cfg, advance)
     summary = method_summaries(results, seed=args.seed)
     theory = [t for m in cfg.methods if m.startswith("specagent") and (t := theory_check(results, m))]
-    for table in _summary_tables(summary, cfg, live):
+    for table in summary_tables(summary, cfg, live):
         console.print(table)
     if live:
-        console.print(_edge_cloud_table(summary, args))
+        console.print(edge_cloud_table(summary, args))
     if theory:
-        console.print(_theory_table(theory))
+        console.print(theory_table(theory))
     meta = {"domain": cfg.domain, "trials": cfg.trials, "k": args.k, "methods": list(cfg.methods),
             "review_messages": args.review_messages, "seed": args.seed, "backend": args.backend,
             "hardware": cfg.hardware.model_dump(), "command": " ".join(sys.argv)}
     write_json(args.out / f"{stem}.json", results, summary, theory, meta, LIVE_LABELS if live else SIMULATED_LABELS)
-    plot(args.out / f"{stem}.png", summary, f"{_bench_name(cfg.domain)}, {cfg.trials} trial(s), {what}")
+    plot(args.out / f"{stem}.png", summary, f"{bench_name(cfg.domain)}, {cfg.trials} trial(s), {what}")
     console.print(f"wrote {args.out / (stem + '.json')} and {args.out / (stem + '.png')}")
     if store is not None:
         for suffix in (".json", ".png"):
@@ -365,26 +359,6 @@ def _policy(domain: str) -> str:
     return benchmark(domain).policy
 
 
-def _edge_cloud_table(summary, args) -> Table:
-    base = next((s for s in summary if s.method == "strong"), None)
-
-    def ratio(x: float, y: float | None) -> str:
-        return _fmt(x / y, ".2f") if y and not math.isnan(y) and not math.isnan(x) else "n/a"
-
-    t = Table(title=f"edge-cloud cost per task (tokens and cache hits measured from engine usage; $ at "
-                    f"{args.strong_price} list prices for the strong model, weak model local)")
-    for col in ("method", "strong tokens", "vs strong-only", "strong decode vs strong-only", "$ / task",
-                "$ vs strong-only", "repair prompt cached", "FLOPs vs strong-only (est.; paper +30-87 %)"):
-        t.add_column(col, justify="left" if col == "method" else "right")
-    for s in summary:
-        t.add_row(s.method, _fmt(s.strong_tokens, ".0f"), ratio(s.strong_tokens, base and base.strong_tokens),
-                  ratio(s.strong_decode_tokens, base and base.strong_decode_tokens), _fmt(s.dollars, ".4f"),
-                  ratio(s.dollars, base and base.dollars), _fmt(100 * s.repair_cached_share, ".0f") + " %"
-                  if not math.isnan(s.repair_cached_share) else "no repairs",
-                  ratio(s.flops, base and base.flops))
-    return t
-
-
 def _open_store(uri: str | None):
     from .storage import open_store
 
@@ -406,17 +380,17 @@ def _results(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{escape(args.key)} in {escape(str(store))}: {_describe(doc.cfg)}", soft_wrap=True,
                       highlight=False)
         console.print("labels: " + ", ".join(f"{k}={v}" for k, v in doc.labels.items()), soft_wrap=True)
-        for table in _summary_tables(doc.summary, doc.cfg, doc.labels.get("policies") == "live engines"):
+        for table in summary_tables(doc.summary, doc.cfg, doc.labels.get("policies") == "live engines"):
             console.print(table)
         if doc.theory:
-            console.print(_theory_table(doc.theory))
+            console.print(theory_table(doc.theory))
         return 0
     a, b = _load_bench(store, args.key_a), _load_bench(store, args.key_b)
     for tag, key, doc in (("A", args.key_a, a), ("B", args.key_b, b)):
         console.print(f"{tag}: {escape(key)} ({_describe(doc.cfg)})", soft_wrap=True, highlight=False)
     if a.cfg.domain != b.cfg.domain:
         console.print(f"note: A and B are different domains ({a.cfg.domain} vs {b.cfg.domain})")
-    console.print(_compare_table(a.summary, b.summary))
+    console.print(compare_table(a.summary, b.summary))
     return 0
 
 
@@ -445,79 +419,6 @@ def _load_bench(store, key: str) -> SimpleNamespace:
 def _describe(cfg: SimpleNamespace) -> str:
     return (f"{cfg.domain}, {cfg.trials} trial(s), K={cfg.spec.k}, seed {cfg.seed}, "
             f"strong on {cfg.hardware.strong_gpus}x{cfg.hardware.gpu}")
-
-
-def _compare_table(a: list, b: list) -> Table:
-    by_a, by_b = {s.method: s for s in a}, {s.method: s for s in b}
-    methods = list(by_a) + [m for m in by_b if m not in by_a]
-    t = Table(title="A vs B per task (Pass@1 measured by tau2's evaluator; HBM/FLOPs estimated; tokens as "
-                    "labelled in each file)")
-    t.add_column("method", justify="left")
-    for name in ("Pass@1 %", "strong HBM TB", "FLOPs", "strong decode tok"):
-        for col in (f"{name} A", f"{name} B", "B/A"):
-            t.add_column(col, justify="right")
-    fields = (("pass_at_1", ".1f"), ("strong_hbm_tb", ".2f"), ("flops", ".3g"), ("strong_decode_tokens", ".0f"))
-    for m in methods:
-        sa, sb = by_a.get(m), by_b.get(m)
-        row = [m]
-        for attr, spec in fields:
-            x, y = (getattr(sa, attr) if sa else None), (getattr(sb, attr) if sb else None)
-            row += [_fmt(x, spec), _fmt(y, spec), _fmt(y / x, ".2f") if x and y is not None else "n/a"]
-        t.add_row(*row)
-    return t
-
-
-def _fmt(x: float, spec: str = ".1f") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def _summary_tables(summary, cfg, live: bool = False) -> list[Table]:
-    base = next((s for s in summary if s.method == "strong"), None)
-
-    def ratio(x: float, attr: str) -> str:
-        y = getattr(base, attr) if base else 0
-        return _fmt(x / y, ".2f") if y else "n/a"
-
-    tasks = summary[0].trajectories // cfg.trials
-    quality = Table(title=f"{_bench_name(cfg.domain)}: quality, {tasks} tasks x {cfg.trials} trial(s), K={cfg.spec.k} "
-                          f"({'real engines' if live else 'simulated policies'}; Pass@1 measured by "
-                          f"{'BFCL' if cfg.domain.startswith('bfcl-') else 'tau2'}'s evaluator)")
-    for col in ("method", "Pass@1 %", "Δ vs strong, pts (95% CI)", "gap recovered", "strong calls/task",
-                "committed steps/task"):
-        quality.add_column(col, justify="left" if col == "method" else "right")
-    for s in summary:
-        quality.add_row(s.method, _fmt(s.pass_at_1),
-                        f"{_fmt(s.diff_vs_strong, '+.1f')} [{_fmt(s.ci_low, '+.1f')}, {_fmt(s.ci_high, '+.1f')}]",
-                        _fmt(s.gap_recovered, ".2f"), _fmt(s.strong_calls), _fmt(s.committed_steps))
-    tokens = "tokens measured from engine usage" if live else "tokens simulated"
-    cost = Table(title=f"{_bench_name(cfg.domain)}: cost per task ({tokens}; HBM/FLOPs/latency estimated, strong on "
-                       f"{cfg.hardware.strong_gpus}x{cfg.hardware.gpu}; wall measured)")
-    for col in ("method", "strong decode tok", "strong prefill tok", "weak tok", "strong HBM TB (range)",
-                "HBM / strong", "FLOPs / strong", "FLOPs / strong, paper's layout", "GPU latency / strong",
-                "wall ms"):
-        cost.add_column(col, justify="left" if col == "method" else "right")
-    for s in summary:
-        cost.add_row(
-            s.method, _fmt(s.strong_decode_tokens, ".0f"), _fmt(s.strong_prefill_tokens, ".0f"),
-            _fmt(s.weak_tokens, ".0f"),
-            f"{_fmt(s.strong_hbm_tb, '.2f')} [{_fmt(s.strong_hbm_low_tb, '.2f')}-{_fmt(s.strong_hbm_high_tb, '.2f')}]",
-            ratio(s.strong_hbm_tb, "strong_hbm_tb"), ratio(s.flops, "flops"),
-            ratio(s.flops_paper_layout, "flops"),
-            ratio(s.gpu_latency_s, "gpu_latency_s"), _fmt(s.wall_ms, ".2f"))
-    return [quality, cost]
-
-
-def _theory_table(theory) -> Table:
-    t = Table(title="Propositions 1/2 vs this run (ratios to Strong-only per committed step; HBM and latency "
-                    "estimated; prediction applied to the reviewed share f, see docs/simulation.md)")
-    for col in ("method", "p_u", "n", "v/d", "rho", "kappa", "f", "R pred.", "R pred. per task", "R meas.",
-                "L pred.", "L pred. per task", "L meas."):
-        t.add_column(col, justify="right")
-    for x in theory:
-        t.add_row(x.method, *(_fmt(v, ".3f") for v in (
-            x.p, x.n, x.v_over_d, x.rho, x.kappa, x.reviewed_share, x.r_predicted, x.r_predicted_per_task,
-            x.r_measured, x.l_predicted, x.l_predicted_per_task, x.l_measured)))
-    return t
 
 
 if __name__ == "__main__":
