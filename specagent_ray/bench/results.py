@@ -101,12 +101,9 @@ def paper_layout(ledger: Ledger) -> Ledger:
                    for c in ledger.calls])
 
 
-def paper_layout_extra_flops(ledger: Ledger, strong: RoleDeployment) -> float:
-    """The strong FLOPs the paper's layout adds: its repair prompts prefilled in full (estimated)."""
-    def flops(calls: Ledger) -> float:
-        return ledger_cost(calls, "strong", strong.spec, strong.gpu, strong.n_gpus).flops  # type: ignore[arg-type]
-
-    return flops(paper_layout(ledger)) - flops(ledger)
+def paper_layout_strong_flops(ledger: Ledger, strong: RoleDeployment) -> float:
+    """The strong FLOPs had the run used the paper's layout: its repair prompts prefilled in full (estimated)."""
+    return ledger_cost(paper_layout(ledger), "strong", strong.spec, strong.gpu, strong.n_gpus).flops  # type: ignore[arg-type]
 
 
 def repair_cache(ledger: Ledger) -> dict[str, int]:

@@ -6,8 +6,9 @@ where the sim engines find it too; the scripted customer is ``models.users.GoldU
 
 from __future__ import annotations
 
+from ..benchmarks import benchmark
 from ..costs.ledger import Ledger
-from ..models.gold import SimSettings, first_user_message, simulated_models, user_requests
+from ..models.gold import SimSettings, simulated_models, user_requests
 from ..models.users import GoldUser
 from ..protocol.runtime import Parts
 from ..protocol.types import Task
@@ -17,8 +18,8 @@ __all__ = ["SimSettings", "simulated_parts", "simulated_task"]
 
 
 def simulated_task(domain: Tau2Domain, task_id: str) -> Task:
-    tau2_task = domain.tasks[task_id]
-    return Task(task_id, first_user_message(tau2_task), tau2_task)
+    """The task as the scripted customer opens it (the benchmark's own ``task``)."""
+    return benchmark(domain.name).task(task_id)
 
 
 def simulated_parts(domain: Tau2Domain, task_id: str, trial: int, settings: SimSettings,

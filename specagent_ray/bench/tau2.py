@@ -20,7 +20,7 @@ from ..protocol.baselines import METHODS
 from ..protocol.runtime import Parts, SpecConfig
 from ..protocol.types import Task, Trajectory
 from ..telemetry.resources import report_from_ledger
-from .results import TrialResult, block_stats, paper_layout_extra_flops, repair_cache, role_usage
+from .results import TrialResult, block_stats, paper_layout_strong_flops, repair_cache, role_usage
 from .simulation import SimSettings, simulated_parts
 
 HIDDEN = {"specactions": frozenset({"speculate"})}
@@ -74,7 +74,7 @@ async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> 
         strong=strong_used, weak=weak_used,
         blocks=block_stats(trajectory), resources=report_from_ledger(parts.ledger, deployments),
         **repair_cache(parts.ledger),
-        flops_paper_layout=weak_used.flops + strong_used.flops + paper_layout_extra_flops(parts.ledger, strong),
+        flops_paper_layout=weak_used.flops + paper_layout_strong_flops(parts.ledger, strong),
     )
 
 

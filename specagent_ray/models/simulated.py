@@ -10,6 +10,7 @@ unchanged state draws afresh instead of repeating its mistake forever.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections import Counter
@@ -36,6 +37,11 @@ class GoldScript:
     spare_reads: tuple[Action, ...]  # harmless reads a distracted agent might add
     equivalents: tuple[tuple[Action, ...], ...] = ()
 
+    @functools.cached_property
+    def _canonical(self) -> dict[str, str]:
+        """Each form's key -> its item's key (computed once per script)."""
+        return {form.key(): item.key() for i, item in enumerate(self.items) for form in self.forms(i)}
+
     def forms(self, i: int) -> tuple[Action, ...]:
         return self.equivalents[i] if self.equivalents else (self.items[i],)
 
@@ -47,7 +53,7 @@ class GoldScript:
         """Indices of script items not yet done in ``steps`` (executed or sent, in any equivalent form;
         staged steps are not done). A gold call that returns an error is done too: some tau2 gold actions
         fail by design."""
-        canonical = {form.key(): item.key() for i, item in enumerate(self.items) for form in self.forms(i)}
+        canonical = self._canonical
         done = Counter(canonical.get(s.action.key(), s.action.key()) for s in steps if s.observation is not None)
         left = []
         for i, item in enumerate(self.items):
