@@ -9,9 +9,9 @@ shards), it asserts:
 - 0 duplicate executions of any key;
 - 0 writes without an accepting verdict or a strong repair before their intent;
 - every acknowledged session finished (done, cancelled, or failed with a reason).
-The fast tier moves N over the write path's operations (segment and idempotency-record creates, keyed
-tool calls) with unknown outcomes; the slow tier over every store operation and every tool call, with
-every fault.
+The fast tier moves N over the write path's operations (every second segment and idempotency-record
+create, every keyed tool call) with unknown outcomes; the slow tier over every store operation and every
+tool call, with every fault.
 """
 
 from __future__ import annotations
@@ -180,20 +180,21 @@ def authorised(records: list[dict], at: int) -> bool:
     return False
 
 
-# Scopes: the store operations and tool calls counted, the sessions' tasks, and the faults. The fast
-# tier faults every write-path operation of one session with an unknown outcome (the write lands, the
-# caller sees an error); the slow tier every operation of three sessions with every fault.
-SCOPES = {"write-path": (write_path_store_op, keyed_call, ("7",), ("unknown",)),
-          "all": (every_store_op, lambda call, key: True, WRITING_TASKS, FAULTS)}
+# Scopes: the store operations and tool calls counted, the sessions' tasks, the faults, and the stride
+# of the store sweep. The fast tier faults every keyed tool call and every second write-path store
+# operation (N = 1, 3, 5, ...) of one session with an unknown outcome (the write lands, the caller sees
+# an error); the slow tier every operation of three sessions with every fault.
+SCOPES = {"write-path": (write_path_store_op, keyed_call, ("7",), ("unknown",), 2),
+          "all": (every_store_op, lambda call, key: True, WRITING_TASKS, FAULTS, 1)}
 CASES = [pytest.param(scope, fault, id=f"{scope}-{fault}", marks=[pytest.mark.slow] if scope == "all" else [])
-         for scope, (_, _, _, faults) in SCOPES.items() for fault in faults]
+         for scope, (_, _, _, faults, _) in SCOPES.items() for fault in faults]
 _CLEAN: dict[str, Outcome] = {}
 
 
 async def clean_run(tmp_path, scope: str) -> Outcome:
     """A run without faults (once per scope): it must write, and it counts the operations to sweep."""
     if scope not in _CLEAN:
-        store_ops, tool_calls, tasks, _ = SCOPES[scope]
+        store_ops, tool_calls, tasks, _, _ = SCOPES[scope]
         outcome = await serve(tmp_path / "clean", store_ops=store_ops, tool_calls=tool_calls, tasks=tasks)
         check(outcome)
         assert outcome.executions, "the sessions must write for the sweep to mean anything"
@@ -202,11 +203,11 @@ async def clean_run(tmp_path, scope: str) -> Outcome:
 
 
 async def sweep(tmp_path, scope: str, fault: str, where: str) -> None:
-    store_ops, tool_calls, tasks, _ = SCOPES[scope]
+    store_ops, tool_calls, tasks, _, stride = SCOPES[scope]
     clean = await clean_run(tmp_path, scope)
     ops = clean.store_ops if where == "store" else clean.tool_ops
     runs = injected = 0
-    for n in range(1, ops + 1):
+    for n in range(1, ops + 1, stride if where == "store" else 1):
         kind = {"store_fault" if where == "store" else "tool_fault": (n, fault)}
         outcome = await serve(tmp_path / f"{fault}-{n}", store_ops=store_ops, tool_calls=tool_calls, tasks=tasks,
                               **kind)

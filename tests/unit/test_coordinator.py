@@ -26,6 +26,7 @@ from specagent_ray.serve.tool_host import ShardedToolHost, ToolHost
 from specagent_ray.storage.base import StoreError
 from specagent_ray.storage.local import LocalStore
 from specagent_ray.telemetry.resources import report_from_ledger
+from specagent_ray.tools.bfcl import load_cases
 
 FAST = LatencyModel(draft_base_s=0.001, draft_per_request_s=0, verify_base_s=0.002, verify_per_request_s=0,
                     step_base_s=0.001)
@@ -535,11 +536,12 @@ async def test_bfcl_sessions_run_on_their_own_backends_resume_after_a_crash_and_
     rewards = []
     for sid, case in zip(sids, cases):
         out = await coord.trajectory(sid, grade=True)
-        assert out["status"] == "done" and out["termination"] == "user_stop", out
+        # A simulated agent may stop early (its seeded premature stop, drawn at a state that depends on
+        # where the crash fell); every session still ends, and no turn is answered twice.
+        assert out["status"] == "done" and out["termination"] in ("user_stop", "agent_stop"), out
         messages = sum(s["action"]["kind"] == "message" for s in out["steps"])
-        from specagent_ray.tools.bfcl import load_cases
-
-        assert messages == len(load_cases("base")[case].turns)  # every turn once, none replayed after the crash
+        turns = len(load_cases("base")[case].turns)
+        assert messages == turns if out["termination"] == "user_stop" else messages <= turns, (messages, turns)
         rewards.append(out["reward"])
     assert 1.0 in rewards  # graded by BFCL's checker
 

@@ -3,6 +3,8 @@ call follows it, an id naming no shard is 404 without reaching any, and /v1/stat
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -22,13 +24,21 @@ def test_sessions_split_over_two_shards_and_every_call_follows_its_id(tmp_path):
     with in_process_gateway(tmp_path, app={"coordinators": 2}) as url, httpx.Client(base_url=url, headers=KEY) as http:
         sids = [http.post("/v1/sessions", json=CLIENT).json()["session_id"] for _ in range(10)]
         assert sorted(shard_of(s) for s in sids) == [0] * 5 + [1] * 5
-        for sid in sids:
-            assert http.get(f"/v1/sessions/{sid}").json()["status"] == "waiting_user"
+        for sid in sids:  # each session runs its first turn after the create returns, then waits for its user
+            assert settled_status(http, sid) == "waiting_user"
         stats = http.get("/v1/stats").json()
         assert stats["coordinators"] == 2 and stats["sessions"]["running"] == 10
         assert [s["shard"] for s in stats["shards"]] == [0, 1]
         assert [s["sessions"]["running"] for s in stats["shards"]] == [5, 5]
         assert (tmp_path / "shard-1").is_dir()  # shard 1 logs in its own namespace
+
+
+def settled_status(http: httpx.Client, sid: str, timeout_s: float = 10.0) -> str:
+    """The session's status once it has left ``running`` (or ``running`` at the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while (status := http.get(f"/v1/sessions/{sid}").json()["status"]) == "running" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return status
 
 
 @pytest.mark.parametrize("stale", ["2-0123456789abcdef", "9-0123456789abcdef", "zz-0123", "0-0123456789abcdef"])
