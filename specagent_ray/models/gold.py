@@ -45,18 +45,19 @@ class SimSettings:
     confidence_auc: float = CONFIDENCE_AUC
     error_correlation: float = ERROR_CORRELATION
     clarify: bool = True  # the script asks the user for each identifier before the first call needing it
+    errors_by: str = "history"  # what the models' shared error draw is keyed by (SimulatedPolicy.errors_by)
     seed: int = 0
 
     @classmethod
-    def for_domain(cls, domain: str, seed: int = 0) -> SimSettings:
+    def for_domain(cls, domain: str, seed: int = 0, errors_by: str = "history") -> SimSettings:
         """The calibrated settings of one domain. Airline and retail share one calibration, to the paper's
         tables; telecom and BFCL keep theirs, made before the style mechanisms (no clarifying questions,
         exploring or reordered reads; the old confidence's AUC of 0.86)."""
         strong, weak = DOMAIN_RATES.get(domain, (STRONG_RATES, WEAK_RATES))
         if domain in ("airline", "retail"):
-            return cls(weak=weak, strong=strong, seed=seed)
+            return cls(weak=weak, strong=strong, seed=seed, errors_by=errors_by)
         return cls(weak=weak, strong=strong, style=Style(reorder_reads=False, explore_read=0.0),
-                   confidence_auc=0.86, error_correlation=0.0, clarify=False, seed=seed)
+                   confidence_auc=0.86, error_correlation=0.0, clarify=False, seed=seed, errors_by=errors_by)
 
 
 def first_user_message(tau2_task: Any) -> str:
@@ -102,7 +103,7 @@ def script_models(script: GoldScript, settings: SimSettings, seed: tuple, system
     weak_cache, strong_cache = PrefixCache(), PrefixCache()
     tm = replace(settings.tokens, system_tokens=int(system_chars / settings.tokens.chars_per_token))
     shared = {"style": settings.style, "confidence_auc": settings.confidence_auc,
-              "error_correlation": settings.error_correlation}
+              "error_correlation": settings.error_correlation, "errors_by": settings.errors_by}
     weak = SimulatedPolicy("weak", script, settings.weak, tm, weak_cache, seed, valid, **shared)
     strong = SimulatedPolicy("strong", script, settings.strong, tm, strong_cache, seed, valid, **shared)
     verifier = SimulatedVerifier(script, settings.verifier, strong, tm, strong_cache, seed)

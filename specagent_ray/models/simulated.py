@@ -14,7 +14,7 @@ import functools
 import math
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any, Callable, Sequence
 
@@ -224,6 +224,10 @@ class SimulatedPolicy:
     # (a Gaussian copula of this correlation), and what the error is (the stop, the wrong argument, the
     # extra read) comes from the shared draw, so two models that both err there make the same mistake.
     error_correlation: float = 0.0
+    # What "the state" of that shared draw is: the history (its length and last step: ``"history"``), or
+    # the task's progress (the script items still pending: ``"progress"``), so that a state that tripped
+    # a model trips it again when it re-drafts there after a discarded block.
+    errors_by: str = "history"
     label: str = field(default=SIMULATED, init=False)
     calls: int = field(default=0, init=False)
 
@@ -237,7 +241,8 @@ class SimulatedPolicy:
         self.calls += 1  # part of the state: a retry at the same history draws afresh
         last = steps[-1].action.key() if steps else ""
         own = _rng(*self.seed, self.role, self.calls, len(steps), last)
-        rng = _rng(*self.seed, "state", len(steps), last)  # what any model meets here (see error_correlation)
+        state = (tuple(left),) if self.errors_by == "progress" else (len(steps), last)
+        rng = _rng(*self.seed, "state", *state)  # what any model meets here (see error_correlation)
         u = NormalDist().cdf(self.error_correlation * rng.gauss(0, 1)
                              + math.sqrt(1 - self.error_correlation**2) * own.gauss(0, 1))
 
@@ -305,12 +310,17 @@ class SimulatedPolicy:
 
 @dataclass
 class SimulatedVerifier:
-    """Judges a block semantically against the gold script (SIMULATED).
+    """Judges a block against the gold script (SIMULATED), by one of two acceptance criteria.
 
-    A read is always acceptable (needed reads in any order, harmless extra reads). A write, message
-    or stop is acceptable only if it is the next such item of the script and everything the script
-    puts before it is done. Correct steps are falsely rejected, and wrong ones falsely accepted,
-    at ``rates``. A rejection carries the strong policy's own step as fused repair at ``rates.fused_repair``.
+    ``semantic`` (SpecAgent's): a read is always acceptable (needed reads in any order, harmless extra
+    reads); a write, message or stop only if it is the next such item of the script, in any of its
+    equivalent forms, with everything the script puts before it done.
+    ``exact`` (the ablation's): a step must also be exactly the strong policy's own step at that point;
+    an equally valid step in another form or order is rejected, and the judge's own step is the repair.
+    Only the criterion changes: the judge keeps its noise. Wrong steps are falsely accepted, and
+    acceptable ones falsely rejected, at ``rates``; a step that is valid but not the judge's own is
+    always rejected under ``exact``. A rejection carries the strong policy's own step as fused repair at
+    ``rates.fused_repair``.
     """
 
     script: GoldScript
@@ -319,9 +329,22 @@ class SimulatedVerifier:
     tokens: TokenModel
     cache: PrefixCache
     seed: tuple = ()
+    criterion: str = "semantic"
     calls: int = field(default=0, init=False)
 
+    def _state(self, context: Sequence[Step]) -> tuple:
+        """What the judge's noise on a step is drawn from: each call afresh, or (``errors_by`` progress)
+        the task's progress, so that it misses a wrong step again wherever it missed it before."""
+        if self.strong.errors_by == "progress":
+            return (tuple(self.script.pending(context)),)
+        return self.calls, len(context)
+
+    def by_exact_match(self) -> SimulatedVerifier:
+        """The same judge with the exact-match criterion (the ablation changes the criterion only)."""
+        return replace(self, criterion="exact")
+
     def acceptable(self, steps: Sequence[Step], step: Step) -> tuple[bool, str]:
+        """The semantic criterion: whether ``step`` is valid progress after ``steps``, and why not."""
         if step.effect is Effect.READ and step.action.kind is ActionKind.TOOL:
             return True, ""
         left = self.script.pending(steps)
@@ -334,17 +357,23 @@ class SimulatedVerifier:
 
     async def verify(self, history: History, block: Sequence[Step]) -> Review:
         self.calls += 1
-        j, reason = len(block), ""
+        j, reason, repair = len(block), "", None
         for i, step in enumerate(block):
             context = history.steps + tuple(block[:i])
             ok, why = self.acceptable(context, step)
-            rng = _rng(*self.seed, "verifier", self.calls, len(context), step.action.key())
+            own = self.strong.next_action(context)[0] if self.criterion == "exact" else None
+            rng = _rng(*self.seed, "verifier", *self._state(context), step.action.key())
             flip = rng.random() < (self.rates.false_reject if ok else self.rates.false_accept)
-            if ok == flip:  # rejected: a bad step caught, or a fine one falsely rejected
-                j, reason = i, why or "judged unhelpful (false rejection)"
+            if ok and own is not None and not step.action.same_as(own):
+                j, reason, repair = i, f"not an exact match: the strong model would {own.describe()}", own
                 break
-        repair = None
+            if ok == flip:  # rejected: a bad step caught, or a fine one falsely rejected
+                j, reason, repair = i, why or "judged unhelpful (false rejection)", own
+                break
         if j < len(block) and _rng(*self.seed, "fused", self.calls).random() < self.rates.fused_repair:
-            repair, _ = self.strong.next_action(history.steps + tuple(block[:j]))
+            if repair is None:
+                repair, _ = self.strong.next_action(history.steps + tuple(block[:j]))
+        else:
+            repair = None
         usage = self.tokens.verify_usage(self.cache, history, block, repair)
         return Review(Verdict(j, reason, repair), usage)

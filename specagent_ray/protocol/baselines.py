@@ -6,7 +6,8 @@
 - Speculative Actions: the strong model authors every step; the weak model speculates the same step
   concurrently and its guess is kept only on an exact match. The strong decode is hidden, not removed.
 - Exact-match ablation: SpecAgent whose verifier accepts a drafted step only if it equals what the
-  strong policy itself would write there (``ExactMatchVerifier``).
+  strong policy itself would write there: the same judge with the exact criterion where the verifier
+  can switch (``JudgeWithCriteria``), else ``ExactMatchVerifier``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 
-from .interfaces import Policy
+from .interfaces import JudgeWithCriteria, Policy
 from .runtime import Parts, Run, SpecConfig
 from .speculation import run_specagent
 from .types import History, Review, Step, Task, Trajectory, Usage, Verdict
@@ -108,8 +109,12 @@ class ExactMatchVerifier:
 
 async def run_specagent_exact(task: Task, parts: Parts, config: SpecConfig = SpecConfig(),
                               start: History | None = None) -> Trajectory:
-    exact = dataclasses.replace(parts, verifier=ExactMatchVerifier(parts.strong))
-    return await run_specagent(task, exact, config, start)
+    """SpecAgent with the exact-match criterion. A judge that can switch its criterion (the simulated
+    one) keeps its judging and changes only the criterion; any other verifier is replaced by
+    ``ExactMatchVerifier``, which compares each step with the strong policy's own."""
+    judge = parts.verifier
+    verifier = judge.by_exact_match() if isinstance(judge, JudgeWithCriteria) else ExactMatchVerifier(parts.strong)
+    return await run_specagent(task, dataclasses.replace(parts, verifier=verifier), config, start)
 
 
 def _session(name: str, method: Method) -> Method:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ContextManager, Literal, Protocol
+from typing import ContextManager, Literal, Protocol, runtime_checkable
 
 from .types import (
     Author,
@@ -49,6 +49,16 @@ class Verifier(Protocol):
     """Reads H and a block in one pass and answers ``(j, r, ã)``; j may be malformed, the loop checks it."""
 
     async def verify(self, history: History, block: Sequence[Step]) -> Review: ...
+
+
+@runtime_checkable
+class JudgeWithCriteria(Protocol):
+    """A verifier that judges by an acceptance criterion it can switch: the exact-match ablation asks it
+    for the same judge with the exact criterion, so that only the criterion changes."""
+
+    async def verify(self, history: History, block: Sequence[Step]) -> Review: ...
+
+    def by_exact_match(self) -> Verifier: ...
 
 
 class ToolAdapter(Protocol):

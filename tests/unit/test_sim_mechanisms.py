@@ -1,5 +1,6 @@
 """The simulated world's mechanisms, pinned one by one (SIMULATED): equivalent-but-different steps,
-which semantic acceptance keeps and exact matching rejects; the style a policy's correct steps vary
+which semantic acceptance keeps and exact matching rejects (the judge keeps its noise, only the
+criterion changes); the style a policy's correct steps vary
 in; a self-reported confidence with a chosen AUC; the clarifying questions real agents ask."""
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from specagent_ray.models.simulated import (
     build_script,
 )
 from specagent_ray.models.tokens import PrefixCache, TokenModel
+from specagent_ray.costs.ledger import Ledger
+from specagent_ray.protocol import baselines
 from specagent_ray.protocol.baselines import ExactMatchVerifier
+from specagent_ray.protocol.runtime import Parts
 from specagent_ray.protocol.types import Action, ActionKind, Effect, History, Observation, Step, Task
 
 READ_USER = Action.tool("get_user_details", user_id="mia_1")
@@ -79,6 +83,61 @@ def test_reads_in_another_order_are_progress_for_semantic_acceptance_only():
     exact = asyncio.run(ExactMatchVerifier(ScriptedPolicy([READ_USER])).verify(history, block)).verdict
     assert exact.accepted_prefix == 0
     assert s.pending([step(READ_RES, Effect.READ), step(READ_USER, Effect.READ)]) == [2, 3, 4, 5]
+
+
+def test_the_simulated_judge_by_exact_match_discards_equivalent_progress_and_repairs_with_its_own():
+    """The ablation as the paper runs it: the same judge, only the criterion changed. A paraphrase and a
+    read in another order are valid progress; the exact-match judge rejects both and puts the strong
+    policy's own step in their place, where the semantic judge keeps them."""
+    s = script(clarify=False)
+    strong_own = Style(reorder_reads=False)  # the strong policy's own reads come in the script's order
+    reordered = [step(READ_RES, Effect.READ), step(READ_USER, Effect.READ)]
+    history = History(Task("t", "hi"), ())
+    semantic = verifier(s, strong_own)
+    exact = semantic.by_exact_match()
+    assert (semantic.criterion, exact.criterion) == ("semantic", "exact")
+    assert asyncio.run(semantic.verify(history, reordered)).verdict.accepted_prefix == 2
+    verdict = asyncio.run(exact.verify(history, reordered)).verdict
+    assert verdict.accepted_prefix == 0 and verdict.repair == READ_USER and "not an exact match" in verdict.reason
+    in_order = [step(READ_USER, Effect.READ), step(READ_RES, Effect.READ)]
+    assert asyncio.run(exact.verify(history, in_order)).verdict.accepted_prefix == 2  # its own steps pass
+
+    s = script()
+    history = history_before_confirmation(s)
+    paraphrases = [Action.message(f.format(CANCEL.describe())) for f in CONFIRM_FORMS]
+    kept = [asyncio.run(verifier(s, strong_own).by_exact_match().verify(history, [step(p, Effect.WRITE, False)]))
+            .verdict.accepted_prefix for p in paraphrases]
+    assert sorted(kept) == [0, 0, 1]  # only the wording the strong policy itself chose here passes
+
+
+def test_the_exact_match_judge_keeps_the_semantic_judges_noise_on_wrong_steps():
+    """A wrong step the judge misses under one criterion it misses under the other: the ablation changes
+    what counts as acceptable, not how well the judge sees errors."""
+    s = script()
+    wrong = Action.tool("cancel_reservation", reservation_id="R2")
+    history = history_before_confirmation(s)
+    history = History(history.task, history.steps + (step(s.items[len(history.steps)], Effect.WRITE),))
+    lenient = VerifierRates(false_accept=1.0, false_reject=0.0, fused_repair=1.0)
+    for rates, prefix in ((lenient, 1), (NO_ERRORS, 0)):
+        for judge in (verifier(s), verifier(s).by_exact_match()):
+            judge.rates = rates
+            assert asyncio.run(judge.verify(history, [step(wrong, Effect.WRITE, done=False)])).verdict.accepted_prefix \
+                == prefix, (judge.criterion, rates)
+
+
+def test_the_exact_ablation_switches_a_judge_that_can_and_compares_steps_otherwise(monkeypatch):
+    seen = []
+
+    async def run_specagent(task, parts, config, start):
+        seen.append(parts.verifier)
+
+    monkeypatch.setattr(baselines, "run_specagent", run_specagent)
+    strong = ScriptedPolicy([READ_USER])
+    for judge in (verifier(script()), object()):
+        parts = Parts(strong, strong, judge, None, None, Ledger())  # type: ignore[arg-type]
+        asyncio.run(baselines.run_specagent_exact(Task("t", "hi"), parts))
+    assert isinstance(seen[0], SimulatedVerifier) and seen[0].criterion == "exact"
+    assert isinstance(seen[1], ExactMatchVerifier) and seen[1].strong is strong
 
 
 def test_a_wrong_step_is_still_rejected_by_semantic_acceptance():
@@ -152,3 +211,34 @@ def test_errors_of_the_two_models_are_correlated_and_alike_where_both_err(correl
         assert abs(joint - p_weak * p_strong) < 0.02
     else:
         assert joint > 2 * p_weak * p_strong  # far more often together than by chance
+
+
+def _stops(errors_by: str, seed: int, steps: list[Step]) -> bool:
+    """Whether a policy whose errors follow only the shared draw (correlation 1) stops early here."""
+    s = script(clarify=False)
+    policy = SimulatedPolicy("weak", s, ErrorRates(premature_stop=0.5), TokenModel(), PrefixCache(), (seed,),
+                             error_correlation=1.0, errors_by=errors_by)
+    return policy.next_action(steps)[0].kind is ActionKind.STOP
+
+
+@pytest.mark.parametrize("errors_by, same", [("progress", True), ("history", False)])
+def test_errors_by_progress_trips_a_redraft_where_the_first_draft_tripped(errors_by, same):
+    """Keyed by progress, an extra read (a re-drafted block's history) does not change what the state
+    does to a model; keyed by the history, it draws afresh."""
+    done = [step(READ_USER, Effect.READ)]
+    longer = done + [step(READ_USER, Effect.READ)]  # an exploring re-read: no progress
+    agree = [_stops(errors_by, seed, done) == _stops(errors_by, seed, longer) for seed in range(40)]
+    assert all(agree) if same else not all(agree)
+
+
+@pytest.mark.parametrize("errors_by, consistent", [("progress", True), ("history", False)])
+def test_errors_by_progress_makes_the_judge_miss_a_wrong_step_every_time_or_never(errors_by, consistent):
+    s = script()
+    history = history_before_confirmation(s)
+    history = History(history.task, history.steps + (step(s.items[len(history.steps)], Effect.WRITE),))
+    tm = TokenModel()
+    strong = SimulatedPolicy("strong", s, ErrorRates(), tm, PrefixCache(), ("t",), errors_by=errors_by)
+    judge = SimulatedVerifier(s, VerifierRates(false_accept=0.5, false_reject=0.0), strong, tm, PrefixCache(), ("t",))
+    wrong = [step(Action.tool("cancel_reservation", reservation_id="R2"), Effect.WRITE, done=False)]
+    verdicts = {asyncio.run(judge.verify(history, wrong)).verdict.accepted_prefix for _ in range(20)}
+    assert (len(verdicts) == 1) is consistent
