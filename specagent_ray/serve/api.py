@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from ..protocol.baselines import METHODS
 from ..tools.schema import check_client_schema
-from .config import BENCHMARKS, AppConfig, ClientSource, SimEngines, Tau2Source
+from .config import BENCHMARKS, AppConfig, BfclSource, ClientSource, SimEngines
 
 UserKind = Literal["client", "simulated", "tau2"]
 
@@ -125,6 +125,25 @@ class SessionTrajectory(SessionSummary):
     grade_error: str | None = Field(None, description="why grade=true could not grade it")
 
 
+def refusal(cfg: AppConfig, source: Any, user: str) -> str | None:
+    """Why a session of ``user`` on ``source`` can never run on this server, or None. The one statement of
+    these rules: the coordinator's check answers 400 with it, and the published create schema
+    (``Offer``) lists only the combinations it allows."""
+    sim = isinstance(cfg.engines, SimEngines)
+    if not isinstance(source, BENCHMARKS):
+        if sim:
+            return "simulated engines replay benchmark gold actions: pick a tau2 tool source or a bfcl one"
+        if user != "client":
+            return f"a {source.kind} session needs user 'client' and an opening message"
+    if user == "simulated" and not sim:
+        return "user 'simulated' (the scripted tau2 customer) needs simulated engines; use 'tau2'"
+    if user == "tau2" and sim:
+        return "user 'tau2' (tau2's LLM user simulator) needs model engines; use 'simulated'"
+    if user == "tau2" and isinstance(source, BfclSource):
+        return "BFCL cases have no LLM user; use 'simulated' (sim engines) or 'client'"
+    return None
+
+
 @dataclass(frozen=True)
 class SourceTerms:
     """What one configured tool source takes on this server."""
@@ -145,19 +164,16 @@ class Offer:
     @classmethod
     def of(cls, cfg: AppConfig, tasks: Mapping[str, Iterable[str]] | None = None) -> Offer:
         """The offer of a server with config ``cfg``; ``tasks`` lists the task ids of benchmark sources
-        (by source name). The same rules as the coordinator's checks (``ToolSources.check``): a source
-        that can never serve (a non-benchmark source under simulated engines) is left out."""
-        sim = isinstance(cfg.engines, SimEngines)
+        (by source name). The users each source takes are those ``refusal`` allows, the rule the
+        coordinator's check (``ToolSources.check``) applies; a source that takes none is left out."""
         sources = {}
         for name, source in cfg.tool_sources.items():
-            benchmark = isinstance(source, BENCHMARKS)
-            if sim and not benchmark:
+            users = tuple(u for u in get_args(UserKind) if refusal(cfg, source, u) is None)
+            if not users:
                 continue
-            # The scripted customer needs simulated engines; tau2's LLM user, model engines and a tau2 source.
-            users = ("client", "simulated") if sim else ("client", "tau2") if isinstance(source, Tau2Source) \
-                else ("client",)
             listed = tuple(tasks[name]) if tasks and name in tasks else None
-            sources[name] = SourceTerms(users, isinstance(source, ClientSource), benchmark, listed)
+            sources[name] = SourceTerms(users, isinstance(source, ClientSource), isinstance(source, BENCHMARKS),
+                                        listed)
         return cls(sources, tuple(cfg.methods))
 
     def create_schema(self, base: dict[str, Any]) -> dict[str, Any]:

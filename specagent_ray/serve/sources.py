@@ -13,14 +13,13 @@ import logging
 from typing import Any
 
 from ..protocol.types import Effect, History, Task, Termination, Trajectory
-from .api import CreateSession
+from .api import CreateSession, refusal
 from .config import (
     BENCHMARKS,
     AppConfig,
     BfclSource,
     ClientSource,
     McpSource,
-    SimEngines,
     Tau2Source,
 )
 from .errors import BadRequest, Conflict, Forbidden
@@ -45,23 +44,14 @@ class ToolSources:
         method = req.method or self.cfg.defaults.method
         if method not in self.cfg.methods:
             raise Forbidden(f"method {method!r} is not served here; this server serves: {', '.join(self.cfg.methods)}")
-        sim = isinstance(self.cfg.engines, SimEngines)
         if req.client_tools and not isinstance(source, ClientSource):
             raise BadRequest(f"client_tools need a client tool source; {req.tool_source!r} is {source.kind}")
-        if not isinstance(source, BENCHMARKS):
-            if sim:
-                raise BadRequest("simulated engines replay benchmark gold actions: "
-                                 "pick a tau2 tool source or a bfcl one")
-            if req.user != "client" or not req.message:
-                raise BadRequest(f"a {source.kind} session needs user 'client' and an opening message")
-        if req.user == "simulated" and not sim:
-            raise BadRequest("user 'simulated' (the scripted tau2 customer) needs simulated engines; use 'tau2'")
-        if req.user == "tau2" and sim:
-            raise BadRequest("user 'tau2' (tau2's LLM user simulator) needs model engines; use 'simulated'")
-        if req.user == "tau2" and isinstance(source, BfclSource):
-            raise BadRequest("BFCL cases have no LLM user; use 'simulated' (sim engines) or 'client'")
+        why = refusal(self.cfg, source, req.user)
+        if why is not None:
+            raise BadRequest(why)
         if req.user == "client" and not req.message:
-            raise BadRequest("a client-user session needs an opening message")
+            raise BadRequest("a client-user session needs an opening message" if isinstance(source, BENCHMARKS)
+                             else f"a {source.kind} session needs user 'client' and an opening message")
         return source
 
     async def warm(self) -> None:
