@@ -127,19 +127,23 @@ WEAK_RATES = ErrorRates(wrong_arg=0.17, needless_read=0.15, skipped_read=0.12, p
                         premature_stop=0.01)
 # tau2 telecom, calibrated to vendor-reported telecom Pass@1 on the public tau2 leaderboard (as listed by
 # agentsdirectory.dev, June 2026): a strong model at 83.0 (Claude Haiku 4.5) and a weak one at 64.4
-# (Nemotron 3 Super). The airline strong rates already land at 83.0 on telecom's 114 base tasks x 3
-# trials; the weak rates are the airline ones doubled (64.9). See docs/simulation.md.
-TELECOM_WEAK_RATES = ErrorRates(wrong_arg=0.34, needless_read=0.30, skipped_read=0.24, premature_write=0.06,
-                                premature_stop=0.04)
+# (Nemotron 3 Super), on telecom's 114 base tasks x 3 trials. Recalibrated on 2026-12-01 after the error
+# draw began taking harmful kinds first (the old rates had drifted to 88.0 / 62.9): the airline strong
+# rates' harmful kinds x 1.6 (82.7) and the doubled airline weak rates' x 0.9 (64.9). See docs/benchmarks.md.
+TELECOM_STRONG_RATES = ErrorRates(wrong_arg=0.224, needless_read=0.03, skipped_read=0.02, premature_write=0.02,
+                                  premature_stop=0.02)
+TELECOM_WEAK_RATES = ErrorRates(wrong_arg=0.306, needless_read=0.30, skipped_read=0.24, premature_write=0.054,
+                                premature_stop=0.036)
 # BFCL v4 multi-turn, calibrated on the base category (200 cases x 3 trials) to published BFCL-V4 overall
 # scores (BFCL does not publish multi-turn alone for these): Qwen3.5-397B-A17B, the paper's strong model,
 # 72.9 (llm-stats.com, self-reported) and a small model, LFM2.5-8B-A1B, 49.7 (benchlm.ai snapshot, June
-# 2026). The airline rates scaled by 0.58 (strong: 73.2) and 0.8 (weak: 50.2). See docs/benchmarks.md.
-BFCL_STRONG_RATES = ErrorRates(wrong_arg=0.0812, needless_read=0.0174, skipped_read=0.0116, premature_write=0.0145,
-                               premature_stop=0.0145)
-BFCL_WEAK_RATES = ErrorRates(wrong_arg=0.136, needless_read=0.12, skipped_read=0.096, premature_write=0.024,
-                             premature_stop=0.016)
-DOMAIN_RATES = {"telecom": (STRONG_RATES, TELECOM_WEAK_RATES),  # (strong, weak); other domains: the defaults
+# 2026). The airline rates scaled by 0.58 (strong) and 0.8 (weak), then, on 2026-12-01 after the same
+# drift (75.3 / 46.2), their harmful kinds by 1.1 and 0.85 (73.3 / 49.3). See docs/benchmarks.md.
+BFCL_STRONG_RATES = ErrorRates(wrong_arg=0.0893, needless_read=0.0174, skipped_read=0.0116, premature_write=0.016,
+                               premature_stop=0.016)
+BFCL_WEAK_RATES = ErrorRates(wrong_arg=0.1156, needless_read=0.12, skipped_read=0.096, premature_write=0.0204,
+                             premature_stop=0.0136)
+DOMAIN_RATES = {"telecom": (TELECOM_STRONG_RATES, TELECOM_WEAK_RATES),  # (strong, weak); other domains: the defaults
                 **{f"bfcl-{c}": (BFCL_STRONG_RATES, BFCL_WEAK_RATES)
                    for c in ("base", "miss_func", "miss_param", "long_context")}}
 
