@@ -54,7 +54,7 @@ class Tau2Benchmark:
 
         self.domain = Tau2Domain.load(name)
         self.name, self.policy = name, self.domain.policy
-        self._grader = Grader(self.domain)
+        self.grader = Grader(self.domain)
 
     def task_ids(self) -> tuple[str, ...]:
         return self.domain.base
@@ -80,7 +80,7 @@ class Tau2Benchmark:
         return GoldUser(user_requests(self.domain, task.id), run_user)
 
     def grade(self, task: Task, trajectory: Trajectory) -> float:
-        return self._grader.reward(task.id, trajectory, task.instruction)
+        return self.grader.reward(task.id, trajectory, task.instruction)
 
 
 class BfclBenchmark:

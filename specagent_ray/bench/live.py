@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..benchmarks import Benchmark, Tau2Benchmark, benchmark
 from ..costs.hardware import Hardware
 from ..costs.ledger import Ledger
 from ..models.backend import BackendError, ChatEndpoint
@@ -25,7 +26,7 @@ from ..protocol.baselines import METHODS
 from ..protocol.runtime import Parts, SpecConfig
 from ..protocol.types import Event, History, Task, Termination, Trajectory
 from ..telemetry.resources import Pricing, report_from_ledger
-from ..tools.tau2 import Grader, Tau2Domain, Tau2Tools
+from ..tools.tau2 import Tau2Domain, Tau2Tools
 from .results import TrialResult, block_stats, repair_cache, role_usage
 from .tau2 import HIDDEN
 
@@ -75,24 +76,22 @@ def bfcl_live_parts(cfg: LiveConfig, case: Any) -> Parts:
                  user=BfclUser(case), ledger=Ledger())
 
 
-async def _live_world(cfg: LiveConfig, grader: Grader | None, task_id: str
+async def _live_world(cfg: LiveConfig, bench: Benchmark, task_id: str
                       ) -> tuple[Parts, Task, Callable[[Trajectory], float]]:
-    """Parts, the task as the user opens it, and its grader: a tau2 task (the user simulator answers
-    tau2's greeting first) or a BFCL case (its first turn)."""
-    if grader is None:
-        from ..tools.bfcl import load_cases, reward
-
-        case = load_cases(cfg.domain.removeprefix("bfcl-"))[task_id]
-        return bfcl_live_parts(cfg, case), Task(task_id, case.turns[0], case), lambda t: reward(case, t)
-    user, parts = live_parts(cfg, grader.domain, task_id)
-    first = await user.reply(GREETING)  # the customer speaks first (maybe after using their phone)
-    return (parts, Task(task_id, first.content, grader.domain.tasks[task_id]),
-            lambda t: grader.reward(task_id, t, first.content, first.user_calls))
+    """Parts, the task as the user opens it, and its grader: a tau2 task (tau2's LLM user simulator answers
+    tau2's greeting first, maybe after using their phone) or a BFCL case (its turns are the user's)."""
+    if isinstance(bench, Tau2Benchmark):
+        user, parts = live_parts(cfg, bench.domain, task_id)
+        first = await user.reply(GREETING)
+        return (parts, Task(task_id, first.content, bench.domain.tasks[task_id]),
+                lambda t: bench.grader.reward(task_id, t, first.content, first.user_calls))
+    task = bench.task(task_id)
+    return bfcl_live_parts(cfg, task.context), task, lambda t: bench.grade(task, t)
 
 
-async def run_live_trial(cfg: LiveConfig, grader: Grader | None, method: str, task_id: str, trial: int) -> TrialResult:
+async def run_live_trial(cfg: LiveConfig, bench: Benchmark, method: str, task_id: str, trial: int) -> TrialResult:
     start = time.perf_counter()
-    parts, task, grade = await _live_world(cfg, grader, task_id)
+    parts, task, grade = await _live_world(cfg, bench, task_id)
     try:
         trajectory = await METHODS[method](task, parts, cfg.spec)
     except BackendError as exc:  # e.g. a prompt over the engine's context: this run fails, the bench goes on
@@ -119,20 +118,17 @@ async def run_live_trial(cfg: LiveConfig, grader: Grader | None, method: str, ta
 def run_live(cfg: LiveConfig, on_done: Callable[[int], None] = lambda n: None) -> list[TrialResult]:
     """Every (method, task, trial), one at a time (engines on a small machine serve one session well).
     A tau2 domain, or a BFCL category as ``bfcl-<category>`` (graded by BFCL's checker)."""
-    grader = None
-    if not cfg.domain.startswith("bfcl-"):
-        domain = Tau2Domain.load(cfg.domain)
-        missing = [t for t in cfg.task_ids if t not in domain.tasks]
-        if missing:
-            raise ValueError(f"{cfg.domain} has no task(s) {', '.join(missing)}")
-        grader = Grader(domain)
+    bench = benchmark(cfg.domain)
+    missing = [t for t in cfg.task_ids if not bench.knows(t)]
+    if missing:
+        raise ValueError(f"{cfg.domain} has no task(s) {', '.join(missing)}")
 
     async def all_runs() -> list[TrialResult]:
         out = []
         for trial in range(cfg.trials):
             for task_id in cfg.task_ids:
                 for method in cfg.methods:
-                    out.append(await run_live_trial(cfg, grader, method, task_id, trial))
+                    out.append(await run_live_trial(cfg, bench, method, task_id, trial))
                     on_done(1)
         return out
 

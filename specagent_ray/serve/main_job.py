@@ -61,20 +61,16 @@ NEXT_STEPS = (
 
 def default_tasks(profile: str, tool_source: str, count: int) -> tuple[str, ...]:
     """The first ``count`` tasks of a tool source's benchmark set (tau2's base split, BFCL's cases)."""
-    from .config import AppConfig, BfclSource, Tau2Source
+    from ..benchmarks import benchmark
+    from .config import AppConfig
     from .profiles import load_profile
+    from .sources import benchmark_name
 
     app = next(a for a in load_profile(profile).applications if a.import_path.endswith("build_app"))
     sources = AppConfig.model_validate(app.args).tool_sources
-    source = sources.get(tool_source)
-    if isinstance(source, Tau2Source):
-        from ..tools.tau2 import Tau2Domain
-
-        return Tau2Domain.load(source.domain).base[:count]
-    if isinstance(source, BfclSource):
-        from ..tools.bfcl import load_cases
-
-        return tuple(load_cases(source.category))[:count]
+    name = benchmark_name(sources[tool_source]) if tool_source in sources else ""
+    if name:
+        return benchmark(name).task_ids()[:count]
     raise ValueError(f"profile {profile} has no benchmark tool source {tool_source!r}; "
                      f"it has: {', '.join(sorted(sources))} (give --tasks for others)")
 

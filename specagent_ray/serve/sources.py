@@ -29,6 +29,14 @@ from .tool_host import ToolHostClient
 log = logging.getLogger(__name__)
 
 
+def benchmark_name(source: Any) -> str:
+    """The benchmark a tool source serves (``benchmarks.benchmark`` loads it): a tau2 domain,
+    ``bfcl-<category>``, or '' for a source that is no benchmark."""
+    if isinstance(source, BfclSource):
+        return f"bfcl-{source.category}"
+    return source.domain if isinstance(source, Tau2Source) else ""
+
+
 class ToolSources:
     def __init__(self, cfg: AppConfig, tool_host: ToolHostClient):
         self.cfg = cfg
@@ -86,10 +94,7 @@ class ToolSources:
 
     def domain_of(self, req: CreateSession) -> str:
         """The benchmark a request's source serves: a tau2 domain, ``bfcl-<category>``, or ''."""
-        source = self.cfg.tool_sources[req.tool_source]
-        if isinstance(source, BfclSource):
-            return f"bfcl-{source.category}"
-        return source.domain if isinstance(source, Tau2Source) else ""
+        return benchmark_name(self.cfg.tool_sources[req.tool_source])
 
     async def task(self, req: CreateSession, source) -> Task:
         """The task a request names: a tau2 task or BFCL case (by id) for those sources, else an ad-hoc one."""

@@ -175,3 +175,13 @@ def test_bfcl_live_runs_real_model_calls_on_the_cases_backends_turn_by_turn(endp
     assert [r["termination"] for r in doc["results"]] == ["user_stop", "user_stop"]  # every turn was sent
     assert calls["bfcl_agent"] > 0 and all(r["committed_steps"] >= 2 for r in doc["results"])
     assert "real engines; Pass@1 measured by BFCL's evaluator" in out
+
+
+@pytest.mark.parametrize("domain, task", [("airline", "no-such-task"), ("bfcl-base", "multi_turn_base_9999")])
+def test_an_unknown_task_is_refused_before_any_engine_is_called(domain, task):
+    from specagent_ray.bench.live import LiveConfig, run_live
+    from specagent_ray.models.backend import ChatEndpoint
+
+    nowhere = ChatEndpoint("http://127.0.0.1:9/v1", "none")  # nothing listens: any call would fail otherwise
+    with pytest.raises(ValueError, match=f"{domain} has no task"):
+        run_live(LiveConfig(weak=nowhere, strong=nowhere, domain=domain, task_ids=(task,)))
