@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from ..protocol.types import Action, ActionKind, Effect, ToolCall
 from ..tools.bfcl import BfclCase, effect, load_cases, parse_call, spare_reads
@@ -45,11 +45,12 @@ class SimSettings:
     confidence_auc: float = CONFIDENCE_AUC
     error_correlation: float = ERROR_CORRELATION
     clarify: bool = True  # the script asks the user for each identifier before the first call needing it
-    errors_by: str = "history"  # what the models' shared error draw is keyed by (SimulatedPolicy.errors_by)
+    errors_by: Literal["history", "progress"] = "history"  # what the shared error draw is keyed by (SimulatedPolicy)
     seed: int = 0
 
     @classmethod
-    def for_domain(cls, domain: str, seed: int = 0, errors_by: str = "history") -> SimSettings:
+    def for_domain(cls, domain: str, seed: int = 0, errors_by: Literal["history", "progress"] = "history"
+                   ) -> SimSettings:
         """The calibrated settings of one domain. Airline and retail share one calibration, to the paper's
         tables; telecom and BFCL keep theirs, made before the style mechanisms (no clarifying questions,
         exploring or reordered reads; the old confidence's AUC of 0.86)."""

@@ -10,6 +10,7 @@ the only output that leaves this module, so malformed output is never executed.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -95,11 +96,19 @@ class LLMVerifier(_ModelCaller):
     usage sums every call made, the retry included."""
 
     default_max_tokens = 512
+    criterion = "semantic"  # or "exact": the exact-match ablation's reviewer (``by_exact_match``)
+
+    def by_exact_match(self) -> LLMVerifier:
+        """The same reviewer (backend, prompts, sampling) asked to accept only its own exact steps."""
+        exact = copy.copy(self)
+        exact.criterion = "exact"
+        return exact
 
     async def verify(self, history: History, block: Sequence[Step]) -> Review:
         n = len(block)
         names: Collection[str] = self.prompts.tool_names
-        verdict, usage = await ask(self.backend, self.prompts.verify(history, block), self.prompts.verdict_schema(n),
+        prompt = self.prompts.verify(history, block, self.criterion)
+        verdict, usage = await ask(self.backend, prompt, self.prompts.verdict_schema(n),
                                    self.max_tokens, self.temperature, self.headers,
                                    lambda text, finish: parse_verdict(text, n, names, finish))
         return Review(verdict, usage)

@@ -226,10 +226,11 @@ class Prompts:
         """The strong model's own step from (H, r)."""
         return self.draft(history, (), reason)
 
-    def verify(self, history: History, block: Sequence[Step]) -> list[ChatMessage]:
-        """One prefill over H + block, then a short verdict ``(j, r, ã)``."""
+    def verify(self, history: History, block: Sequence[Step], criterion: str = "semantic") -> list[ChatMessage]:
+        """One prefill over H + block, then a short verdict ``(j, r, ã)``; ``criterion`` is SpecAgent's
+        ``semantic`` acceptance or the ablation's ``exact`` one (only the closing instruction differs)."""
         return [*self.leading_block(history), *steps_messages(block, self.config.observation_chars),
-                {"role": "user", "content": verify_instruction(block)}]
+                {"role": "user", "content": verify_instruction(block, criterion)}]
 
 
 NEXT_ACTION = "Decide your next action. Answer with one JSON object only."
@@ -241,7 +242,19 @@ def repair_instruction(reason: str) -> str:
             "Answer with one JSON object only.")
 
 
-def verify_instruction(block: Sequence[Step]) -> str:
+ACCEPTANCE = {
+    "semantic": "A step is acceptable if it is reasonable progress on the task under the policy; it need not "
+                "be the action you would have chosen. Asking the user for something the task needs but does "
+                "not give (a missing parameter, a function that is not available) is reasonable progress; "
+                "guessing it is not.",
+    # The exact-match ablation: the same reviewer, only the acceptance criterion changed.
+    "exact": "A step is acceptable only if it is exactly the action you would have chosen at that point: the "
+             "same tool with the same arguments, or the same message word for word. A different action is "
+             "not acceptable, however reasonable.",
+}
+
+
+def verify_instruction(block: Sequence[Step], criterion: str = "semantic") -> str:
     lines = []
     for i, step in enumerate(block, 1):
         note = "STAGED: not executed, runs only if you accept it" if step.staged else "executed"
@@ -250,10 +263,7 @@ def verify_instruction(block: Sequence[Step]) -> str:
     return (
         f"You are now the reviewer. The last {n} action(s) above are a draft by a junior agent:\n"
         + "\n".join(lines) + "\n"
-        "Check the steps in order. A step is acceptable if it is reasonable progress on the task under "
-        "the policy; it need not be the action you would have chosen. Asking the user for something the "
-        "task needs but does not give (a missing parameter, a function that is not available) is "
-        "reasonable progress; guessing it is not. accepted_prefix is the number of "
+        f"Check the steps in order. {ACCEPTANCE[criterion]} accepted_prefix is the number of "
         f"leading acceptable steps (0..{n}). If it is below {n}, say in reason why the next step is not "
         "acceptable, and give in repair the action that should replace it (or null). Answer with one JSON "
         'object only: {"accepted_prefix": <integer>, "reason": "<text>", "repair": <action or null>}.'

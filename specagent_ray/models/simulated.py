@@ -16,7 +16,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from ..protocol.types import (
     Action, ActionKind, Effect, History, Proposal, Review, Step, Verdict,
@@ -231,7 +231,7 @@ class SimulatedPolicy:
     # What "the state" of that shared draw is: the history (its length and last step: ``"history"``), or
     # the task's progress (the script items still pending: ``"progress"``), so that a state that tripped
     # a model trips it again when it re-drafts there after a discarded block.
-    errors_by: str = "history"
+    errors_by: Literal["history", "progress"] = "history"
     label: str = field(default=SIMULATED, init=False)
     calls: int = field(default=0, init=False)
 
@@ -333,7 +333,7 @@ class SimulatedVerifier:
     tokens: TokenModel
     cache: PrefixCache
     seed: tuple = ()
-    criterion: str = "semantic"
+    criterion: Literal["semantic", "exact"] = "semantic"
     calls: int = field(default=0, init=False)
 
     def _state(self, context: Sequence[Step]) -> tuple:

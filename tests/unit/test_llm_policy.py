@@ -26,6 +26,7 @@ from specagent_ray.protocol import (
     Verdict,
     run_specagent,
 )
+from specagent_ray.protocol.interfaces import JudgeWithCriteria
 from specagent_ray.tools.scripted import InMemoryTools, ToolSpec, object_schema
 
 SCHEMAS = {"lookup": object_schema(id="string"), "refund": object_schema(id="string", amount="integer")}
@@ -112,6 +113,23 @@ async def test_verifier_parses_a_verdict_with_a_fused_repair():
     [request] = v.backend.requests
     assert request["schema"]["properties"]["accepted_prefix"] == {"type": "integer", "minimum": 0, "maximum": 2}
     assert request["headers"] == {"traceparent": "00-abc-def-01"}
+
+
+async def test_the_exact_ablation_asks_the_same_reviewer_to_accept_only_its_own_steps():
+    """The paper's ablation changes the acceptance criterion, not the reviewer: the same backend and the
+    same prompt up to its closing instruction, which now accepts only the reviewer's own exact steps."""
+    semantic = verifier('{"accepted_prefix": 2, "reason": "", "repair": null}',
+                        '{"accepted_prefix": 0, "reason": "not my step", "repair": null}')
+    exact = semantic.by_exact_match()
+    assert isinstance(semantic, JudgeWithCriteria) and exact.backend is semantic.backend
+    assert (semantic.criterion, exact.criterion) == ("semantic", "exact")
+    assert (await semantic.verify(HISTORY, BLOCK)).verdict.accepted_prefix == 2
+    assert (await exact.verify(HISTORY, BLOCK)).verdict == Verdict(0, "not my step", None)
+    first, second = (r["messages"] for r in semantic.backend.requests)
+    assert first[:-1] == second[:-1]  # one prefill up to the instruction: a prefix-cache hit
+    assert "need not be the action you would have chosen" in first[-1]["content"]
+    assert "only if it is exactly the action you would have chosen" in second[-1]["content"]
+    assert "exactly" not in first[-1]["content"].split("accepted_prefix is")[0]
 
 
 async def test_verifier_retries_a_prefix_longer_than_the_draft_once():
