@@ -110,9 +110,9 @@ class ExactMatchVerifier:
 async def run_specagent_exact(task: Task, parts: Parts, config: SpecConfig = SpecConfig(),
                               start: History | None = None) -> Trajectory:
     """SpecAgent with the exact-match criterion. A judge that can switch its criterion (the simulated
-    judge, ``LLMVerifier``) keeps its judging and changes only the criterion; any other verifier (a served
-    session's remote one) is replaced by ``ExactMatchVerifier``, which compares each step with the strong
-    policy's own."""
+    judge, ``LLMVerifier``, a served session's ``RemoteJudge``) keeps its judging and changes only the
+    criterion; any other verifier is replaced by ``ExactMatchVerifier``, which compares each step with the
+    strong policy's own."""
     judge = parts.verifier
     verifier = judge.by_exact_match() if isinstance(judge, JudgeWithCriteria) else ExactMatchVerifier(parts.strong)
     return await run_specagent(task, dataclasses.replace(parts, verifier=verifier), config, start)

@@ -99,6 +99,20 @@ class RemoteVerifier(_Remote):
         return await self._call(lambda: self._verify(history, block))
 
 
+class RemoteJudge(RemoteVerifier):
+    """A ``RemoteVerifier`` whose engine judges by a criterion it can switch (``JudgeWithCriteria``):
+    ``by_exact_match()`` is the same engine asked to accept only its own exact steps, so a served
+    exact-match ablation changes the criterion only, as the bench's does."""
+
+    def __init__(self, session: Session, what: str, tries: int, timeout_s: float,
+                 judge: Callable[[History, Sequence[Step], str], Awaitable[Review]], criterion: str = "semantic"):
+        super().__init__(session, what, tries, timeout_s, lambda h, b: judge(h, b, criterion))
+        self._judge, self.criterion = judge, criterion
+
+    def by_exact_match(self) -> RemoteJudge:
+        return RemoteJudge(self.session, self.what, self.tries, self.timeout_s, self._judge, "exact")
+
+
 class SimEngineClient:
     """Simulated drafter and verifier replicas (Serve deployments or ``handles.Local``). Each lane has its
     own batchers: drafts on the drafter lanes; strong steps and verifies on the verifier lanes."""
@@ -134,16 +148,19 @@ class SimEngineClient:
         trial = session.request.trial
         draft_lane, verifier_lane = lane_of(session.id, self.draft_lanes), lane_of(session.id, self.lanes)
 
-        def req(history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> SimRequest:
-            return SimRequest(session.id, session.domain, session.task.id, trial, history.steps, tuple(draft), feedback)
+        def req(history: History, draft: Sequence[Step] = (), feedback: str | None = None,
+                criterion: str = "semantic") -> SimRequest:
+            return SimRequest(session.id, session.domain, session.task.id, trial, history.steps, tuple(draft), feedback,
+                              criterion)
 
         c = self.coord
         weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s,
                             lambda h, d, f: self.drafts[draft_lane](req(h, d, f), DRAFT))
         strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s,
                               lambda h, d, f: self.strong_steps[verifier_lane](req(h, d, f), VERIFY))
-        verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s,
-                                  lambda h, b: self.verifies[verifier_lane](req(h, b), VERIFY))
+        verifier = RemoteJudge(session, "verifier", c.verify_attempts, c.verify_timeout_s,
+                               lambda h, b, criterion: self.verifies[verifier_lane](req(h, b, criterion=criterion),
+                                                                                    VERIFY))
         return weak, strong, verifier
 
 
@@ -182,6 +199,7 @@ class OpenAIEngineClient:
         c = self.coord
         weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, weak_llm.propose)
         strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, strong_llm.propose)
-        verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s,
-                                  lambda h, b: self.verify_batch((verifier_llm, h, b), VERIFY))
+        judges = {"semantic": verifier_llm, "exact": verifier_llm.by_exact_match()}
+        verifier = RemoteJudge(session, "verifier", c.verify_attempts, c.verify_timeout_s,
+                               lambda h, b, criterion: self.verify_batch((judges[criterion], h, b), VERIFY))
         return weak, strong, verifier

@@ -12,7 +12,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ..protocol.types import History, Proposal, Review, Step, Task
 from .config import SimEngines
@@ -32,6 +32,7 @@ class SimRequest:
     steps: tuple[Step, ...]
     draft: tuple[Step, ...] = ()
     feedback: str | None = None
+    criterion: str = "semantic"  # a verify's acceptance criterion: "exact" for the exact-match ablation
 
 
 class SimEngine:
@@ -61,6 +62,13 @@ class SimEngine:
         self._sessions.move_to_end(r.session_id)
         return models
 
+    def _exact_judge(self, r: SimRequest) -> Any:
+        """The session's judge with the exact-match criterion, made once and kept with its models."""
+        models = self._models(r)
+        if len(models) == 3:
+            models = self._sessions[r.session_id] = (*models, models[2].by_exact_match())
+        return models[3]
+
     @staticmethod
     def _history(r: SimRequest) -> History:
         return History(Task(r.task_id, ""), r.steps)
@@ -71,7 +79,7 @@ class SimEngine:
         await asyncio.sleep(base + lat.draft_per_request_s * len(requests))
         out: list[Proposal | BaseException] = []
         for r in requests:
-            weak, strong, _ = self._models(r)
+            weak, strong = self._models(r)[:2]
             policy = weak if self.role == "drafter" else strong
             out.append(await _answer(policy.propose(self._history(r), r.draft, r.feedback)))
         self.served += len(requests)
@@ -84,8 +92,8 @@ class SimEngine:
         await asyncio.sleep(lat.verify_base_s + lat.verify_per_request_s * len(requests))
         out: list[Review | BaseException] = []
         for r in requests:
-            _, _, verifier = self._models(r)
-            out.append(await _answer(verifier.verify(self._history(r), r.draft)))
+            judge = self._exact_judge(r) if r.criterion == "exact" else self._models(r)[2]
+            out.append(await _answer(judge.verify(self._history(r), r.draft)))
         self.served += len(requests)
         return out
 

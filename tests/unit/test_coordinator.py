@@ -4,6 +4,7 @@ the real session log on a local folder, real tau2 environments. Ray is exercised
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import pytest
 
@@ -562,3 +563,70 @@ async def test_without_bfcls_package_only_the_bfcl_source_is_unavailable(tmp_pat
         await coord.create(CreateSession(tool_source="files", task_id="multi_turn_base_0", user="simulated"))
     sid = (await coord.create(sim("0")))["session_id"]  # the other sources serve as before
     assert (await finish(coord, [sid]))[0]["done"]
+
+
+async def test_a_served_exact_ablation_asks_the_same_judge_for_exact_steps_only(tmp_path):
+    """The served ``specagent-exact`` changes the verifier's criterion, as the bench's does: its verifies
+    reach the verifier replica marked ``exact`` (specagent's stay ``semantic``), and the strong engine is
+    not asked for a step per drafted position."""
+    cluster = Cluster(tmp_path, config().model_copy(update={"methods": ("specagent", "specagent-exact")}))
+    criteria, strong_steps = Counter(), Counter()
+    verify, propose = cluster.verifier.verify_batch, cluster.verifier.propose_batch
+
+    async def verify_spy(requests):
+        criteria.update((r.session_id, r.criterion) for r in requests)
+        return await verify(requests)
+
+    async def propose_spy(requests):
+        strong_steps.update(r.session_id for r in requests)
+        return await propose(requests)
+
+    cluster.verifier.verify_batch, cluster.verifier.propose_batch = verify_spy, propose_spy
+    coord = cluster.coordinator
+    await coord.start()
+    exact = [(await coord.create(sim(t, method="specagent-exact")))["session_id"] for t in WRITING_TASKS]
+    semantic = (await coord.create(sim("7", method="specagent")))["session_id"]
+    await finish(coord, [*exact, semantic])
+    assert {c for (sid, c) in criteria if sid in exact} == {"exact"}
+    assert {c for (sid, c) in criteria if sid == semantic} == {"semantic"}
+    verifies = sum(n for (sid, _), n in criteria.items() if sid in exact)
+    assert sum(strong_steps[s] for s in exact) < verifies  # repairs only, not a strong step per position
+    assert max(cluster.tools.write_executions.values()) == 1
+
+
+async def test_model_engines_judge_the_exact_ablation_with_the_same_verifier_prompt():
+    """On OpenAI-compatible engines the served verifier switches its criterion too: the same prompt up
+    to the closing instruction, which accepts only the reviewer's own exact steps."""
+    import contextlib
+    import types
+
+    from specagent_ray.models.backend import Completion
+    from specagent_ray.protocol.interfaces import JudgeWithCriteria
+    from specagent_ray.protocol.types import Action, Effect, History, Step, Task, Usage
+    from specagent_ray.serve.config import CoordinatorConfig, Endpoint, OpenAIEngines
+    from specagent_ray.serve.engine_client import OpenAIEngineClient
+    from specagent_ray.serve.session import Catalog
+
+    class Backend:
+        def __init__(self):
+            self.requests = []
+
+        async def complete(self, messages, json_schema, max_tokens, temperature=0.0, headers=None):
+            self.requests.append(messages)
+            return Completion('{"accepted_prefix": 1, "reason": "", "repair": null}', Usage(10, 0, 5), "stop", "v")
+
+    engines = OpenAIEngines(drafter=Endpoint(url="http://127.0.0.1:9/v1", model="d"),
+                            verifier=Endpoint(url="http://127.0.0.1:9/v1", model="v"))
+    client = OpenAIEngineClient(engines, CoordinatorConfig(batch_window_ms=1), {})
+    client.verifier = Backend()  # what the verifier endpoint is asked
+    session = types.SimpleNamespace(id="s1", outside=contextlib.nullcontext)
+    catalog = Catalog({"lookup": {"type": "object", "properties": {}}}, {"lookup": Effect.READ}, "Be careful.")
+    _, _, judge = client.models(session, catalog)  # type: ignore[arg-type]
+    assert isinstance(judge, JudgeWithCriteria)
+    block = [Step(Action.tool("lookup"), None, "weak", Effect.READ)]
+    for verifier in (judge, judge.by_exact_match()):
+        assert (await verifier.verify(History(Task("t", "hi")), block)).verdict.accepted_prefix == 1
+    semantic, exact = client.verifier.requests
+    assert semantic[:-1] == exact[:-1]
+    assert "need not be the action you would have chosen" in semantic[-1]["content"]
+    assert "only if it is exactly the action you would have chosen" in exact[-1]["content"]
