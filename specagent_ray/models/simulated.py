@@ -374,10 +374,10 @@ class SimulatedVerifier:
             if ok == flip:  # rejected: a bad step caught, or a fine one falsely rejected
                 j, reason, repair = i, why or "judged unhelpful (false rejection)", own
                 break
-        if j < len(block) and _rng(*self.seed, "fused", self.calls).random() < self.rates.fused_repair:
-            if repair is None:
-                repair, _ = self.strong.next_action(history.steps + tuple(block[:j]))
-        else:
+        fused = j < len(block) and _rng(*self.seed, "fused", self.calls).random() < self.rates.fused_repair
+        if not fused:
             repair = None
+        elif repair is None:  # the semantic judge: the strong policy's own step at the rejection
+            repair, _ = self.strong.next_action(history.steps + tuple(block[:j]))
         usage = self.tokens.verify_usage(self.cache, history, block, repair)
         return Review(Verdict(j, reason, repair), usage)

@@ -110,7 +110,7 @@ class ExactMatchVerifier:
 async def run_specagent_exact(task: Task, parts: Parts, config: SpecConfig = SpecConfig(),
                               start: History | None = None) -> Trajectory:
     """SpecAgent with the exact-match criterion. A judge that can switch its criterion (the simulated
-    judge, ``LLMVerifier``, a served session's ``RemoteJudge``) keeps its judging and changes only the
+    judge, ``LLMVerifier``, a served session's ``RemoteVerifier``) keeps its judging and changes only the
     criterion; any other verifier is replaced by ``ExactMatchVerifier``, which compares each step with the
     strong policy's own."""
     judge = parts.verifier

@@ -88,29 +88,20 @@ class RemotePolicy(_Remote):
 
 
 class RemoteVerifier(_Remote):
-    """The protocol's ``Verifier`` on an engine: ``verify(history, block)``."""
-
-    def __init__(self, session: Session, what: str, tries: int, timeout_s: float,
-                 verify: Callable[[History, Sequence[Step]], Awaitable[Review]]):
-        super().__init__(session, what, tries, timeout_s)
-        self._verify = verify
-
-    async def verify(self, history: History, block: Sequence[Step]) -> Review:
-        return await self._call(lambda: self._verify(history, block))
-
-
-class RemoteJudge(RemoteVerifier):
-    """A ``RemoteVerifier`` whose engine judges by a criterion it can switch (``JudgeWithCriteria``):
-    ``by_exact_match()`` is the same engine asked to accept only its own exact steps, so a served
-    exact-match ablation changes the criterion only, as the bench's does."""
+    """The protocol's ``Verifier`` on an engine: ``verify(history, block)``, judged by ``criterion``.
+    It is a ``JudgeWithCriteria``: ``by_exact_match()`` is the same engine asked to accept only its own
+    exact steps, so a served exact-match ablation changes the criterion only, as the bench's does."""
 
     def __init__(self, session: Session, what: str, tries: int, timeout_s: float,
                  judge: Callable[[History, Sequence[Step], str], Awaitable[Review]], criterion: str = "semantic"):
-        super().__init__(session, what, tries, timeout_s, lambda h, b: judge(h, b, criterion))
+        super().__init__(session, what, tries, timeout_s)
         self._judge, self.criterion = judge, criterion
 
-    def by_exact_match(self) -> RemoteJudge:
-        return RemoteJudge(self.session, self.what, self.tries, self.timeout_s, self._judge, "exact")
+    async def verify(self, history: History, block: Sequence[Step]) -> Review:
+        return await self._call(lambda: self._judge(history, block, self.criterion))
+
+    def by_exact_match(self) -> RemoteVerifier:
+        return RemoteVerifier(self.session, self.what, self.tries, self.timeout_s, self._judge, "exact")
 
 
 class SimEngineClient:
@@ -158,9 +149,9 @@ class SimEngineClient:
                             lambda h, d, f: self.drafts[draft_lane](req(h, d, f), DRAFT))
         strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s,
                               lambda h, d, f: self.strong_steps[verifier_lane](req(h, d, f), VERIFY))
-        verifier = RemoteJudge(session, "verifier", c.verify_attempts, c.verify_timeout_s,
-                               lambda h, b, criterion: self.verifies[verifier_lane](req(h, b, criterion=criterion),
-                                                                                    VERIFY))
+        verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s,
+                                  lambda h, b, criterion: self.verifies[verifier_lane](req(h, b, criterion=criterion),
+                                                                                       VERIFY))
         return weak, strong, verifier
 
 
@@ -200,6 +191,6 @@ class OpenAIEngineClient:
         weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, weak_llm.propose)
         strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, strong_llm.propose)
         judges = {"semantic": verifier_llm, "exact": verifier_llm.by_exact_match()}
-        verifier = RemoteJudge(session, "verifier", c.verify_attempts, c.verify_timeout_s,
-                               lambda h, b, criterion: self.verify_batch((judges[criterion], h, b), VERIFY))
+        verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s,
+                                  lambda h, b, criterion: self.verify_batch((judges[criterion], h, b), VERIFY))
         return weak, strong, verifier
