@@ -163,9 +163,11 @@ def _quality_args(p: argparse.ArgumentParser) -> None:
                    help="stage agent messages for review before the user sees them (default: sent at once, "
                         "as in the paper; a message always ends the block)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated error model")
-    p.add_argument("--errors-by", choices=("history", "progress"), default="history",
-                   help="what a simulated error is drawn from: the history's last step, or the task's progress "
-                        "(a state that tripped a model trips its re-draft too; see docs/benchmarks.md)")
+    p.add_argument("--errors-by", choices=("history", "stage"), default=None,
+                   help="what a simulated error is drawn from (default: the domain's calibration, stage for airline "
+                        "and retail, history elsewhere): stage, one draw of the harmful kinds per model and stage "
+                        "(writes executed so far), so a re-draft repeats its mistake; history, a fresh draw each "
+                        "call (see docs/simulation.md)")
     p.add_argument("--workers", type=int, default=2, help="worker processes")
     p.add_argument("--gpu", default="h20", help="GPU profile for estimates (h20, h200)")
     p.add_argument("--strong-gpus", type=int, default=16, help="GPUs holding the strong model")
@@ -257,7 +259,8 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
         raise ValueError("--backend vllm needs --weak and --strong (an endpoint URL or a model folder each)")
     total = len(task_ids(cfg)) * cfg.trials * len(cfg.methods)
     stem = f"{bench_name(cfg.domain, '-')}-{'live' if live else 'seed' + str(args.seed)}"
-    stem += "" if live or args.errors_by == "history" else "-errors-by-progress"
+    own = SimSettings.for_domain(args.domain).errors_by
+    stem += "" if live or args.errors_by in (None, own) else f"-errors-by-{args.errors_by}"
     store = open_results_store(args.store) if args.store else None
     if store is not None:
         store.list(stem)  # reachable, bucket exists: fail now rather than after the run

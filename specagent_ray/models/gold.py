@@ -18,8 +18,8 @@ from ..protocol.types import Action, ActionKind, Effect, ToolCall
 from ..tools.bfcl import BfclCase, effect, load_cases, parse_call, spare_reads
 from ..tools.tau2 import Tau2Domain, schema_validator
 from .simulated import (
-    CONFIDENCE_AUC, DOMAIN_RATES, ERROR_CORRELATION, STRONG_RATES, STYLE, WEAK_RATES, ErrorRates, GoldScript, SimulatedPolicy,
-    SimulatedVerifier, Style, VerifierRates, build_script,
+    CONFIDENCE_AUC, DOMAIN_RATES, ERROR_CORRELATION, STRONG_RATES, STYLE, VERIFIER_RATES, WEAK_RATES, ErrorRates, GoldScript,
+    SimulatedPolicy, SimulatedVerifier, Style, VerifierRates, build_script,
 )
 from .tokens import PrefixCache, TokenModel
 from .users import ask_user
@@ -39,26 +39,28 @@ class SimSettings:
 
     weak: ErrorRates = WEAK_RATES
     strong: ErrorRates = STRONG_RATES
-    verifier: VerifierRates = VerifierRates()
+    verifier: VerifierRates = VERIFIER_RATES
     tokens: TokenModel = field(default_factory=TokenModel)
     style: Style = STYLE
     confidence_auc: float = CONFIDENCE_AUC
     error_correlation: float = ERROR_CORRELATION
     clarify: bool = True  # the script asks the user for each identifier before the first call needing it
-    errors_by: Literal["history", "progress"] = "history"  # what the shared error draw is keyed by (SimulatedPolicy)
+    errors_by: Literal["history", "stage"] = "stage"  # what the error draw is keyed by (SimulatedPolicy)
     seed: int = 0
 
     @classmethod
-    def for_domain(cls, domain: str, seed: int = 0, errors_by: Literal["history", "progress"] = "history"
+    def for_domain(cls, domain: str, seed: int = 0, errors_by: Literal["history", "stage"] | None = None
                    ) -> SimSettings:
-        """The calibrated settings of one domain. Airline and retail share one calibration, to the paper's
-        tables; telecom and BFCL keep theirs, made before the style mechanisms (no clarifying questions,
-        exploring or reordered reads; the old confidence's AUC of 0.86)."""
+        """The calibrated settings of one domain; ``errors_by`` overrides the domain's own keying (the
+        rates stay those calibrated for it). Airline and retail share one calibration, to the paper's
+        tables, with per-stage error draws; telecom and BFCL keep theirs, made before the style mechanisms
+        and per-stage draws (history-keyed draws and the 0.6 judge; no clarifying questions, exploring or
+        reordered reads; the old confidence's AUC of 0.86)."""
         strong, weak = DOMAIN_RATES.get(domain, (STRONG_RATES, WEAK_RATES))
         if domain in ("airline", "retail"):
-            return cls(weak=weak, strong=strong, seed=seed, errors_by=errors_by)
-        return cls(weak=weak, strong=strong, style=Style(reorder_reads=False, explore_read=0.0),
-                   confidence_auc=0.86, error_correlation=0.0, clarify=False, seed=seed, errors_by=errors_by)
+            return cls(weak=weak, strong=strong, seed=seed, errors_by=errors_by or "stage")
+        return cls(weak=weak, strong=strong, verifier=VerifierRates(), style=Style(reorder_reads=False, explore_read=0.0),
+                   confidence_auc=0.86, error_correlation=0.0, clarify=False, seed=seed, errors_by=errors_by or "history")
 
 
 def first_user_message(tau2_task: Any) -> str:

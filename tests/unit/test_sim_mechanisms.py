@@ -213,26 +213,49 @@ def test_errors_of_the_two_models_are_correlated_and_alike_where_both_err(correl
         assert joint > 2 * p_weak * p_strong  # far more often together than by chance
 
 
-def _stops(errors_by: str, seed: int, steps: list[Step]) -> bool:
-    """Whether a policy whose errors follow only the shared draw (correlation 1) stops early here."""
+def _stops(errors_by: str, seed: int, steps: list[Step], calls: int = 0) -> bool:
+    """Whether a policy whose errors mix the shared draw and its own (correlation 0.5) stops early here,
+    on its ``calls + 1``-th call."""
     s = script(clarify=False)
     policy = SimulatedPolicy("weak", s, ErrorRates(premature_stop=0.5), TokenModel(), PrefixCache(), (seed,),
-                             error_correlation=1.0, errors_by=errors_by)
+                             error_correlation=0.5, errors_by=errors_by)
+    policy.calls = calls
     return policy.next_action(steps)[0].kind is ActionKind.STOP
 
 
-@pytest.mark.parametrize("errors_by, same", [("progress", True), ("history", False)])
-def test_errors_by_progress_trips_a_redraft_where_the_first_draft_tripped(errors_by, same):
-    """Keyed by progress, an extra read (a re-drafted block's history) does not change what the state
-    does to a model; keyed by the history, it draws afresh."""
+@pytest.mark.parametrize("errors_by, same", [("stage", True), ("history", False)])
+def test_errors_by_stage_trips_a_redraft_where_the_first_draft_tripped(errors_by, same):
+    """Keyed by stage, neither an extra read, nor another order of reads, nor a retry changes what the
+    stage does to a model (a block discarded before its mistake was judged brings the mistake back);
+    keyed by the history, each of these draws afresh."""
     done = [step(READ_USER, Effect.READ)]
-    longer = done + [step(READ_USER, Effect.READ)]  # an exploring re-read: no progress
-    agree = [_stops(errors_by, seed, done) == _stops(errors_by, seed, longer) for seed in range(40)]
-    assert all(agree) if same else not all(agree)
+    variants = [done + [step(READ_USER, Effect.READ)],  # an exploring re-read
+                [step(READ_RES, Effect.READ), step(READ_USER, Effect.READ)]]  # reads in another order
+    for seed in range(40):
+        first = _stops(errors_by, seed, done)
+        agree = [_stops(errors_by, seed, v) == first for v in variants] + [_stops(errors_by, seed, done, 7) == first]
+        if not all(agree):
+            assert not same
+            return
+    assert same
 
 
-@pytest.mark.parametrize("errors_by, consistent", [("progress", True), ("history", False)])
-def test_errors_by_progress_makes_the_judge_miss_a_wrong_step_every_time_or_never(errors_by, consistent):
+def test_a_new_stage_begins_only_when_a_write_is_executed():
+    """The stage is the count of executed tool writes: a staged write, a message or a read leaves it."""
+    from specagent_ray.models.simulated import stage
+
+    s = script(clarify=False)
+    reads = [step(READ_USER, Effect.READ), step(READ_RES, Effect.READ), step(s.items[2], Effect.WRITE)]
+    assert stage(reads) == 0  # the confirmation is a message, not a tool write
+    assert stage(reads + [step(CANCEL, Effect.WRITE, done=False)]) == 0  # staged, never executed
+    assert stage(reads + [step(CANCEL, Effect.WRITE)]) == 1
+    draws = [_stops("stage", seed, reads + [step(CANCEL, Effect.WRITE)]) == _stops("stage", seed, reads)
+             for seed in range(40)]
+    assert not all(draws)  # the next stage draws afresh
+
+
+@pytest.mark.parametrize("errors_by, consistent", [("stage", True), ("history", False)])
+def test_errors_by_stage_makes_the_judge_miss_a_wrong_step_every_time_or_never(errors_by, consistent):
     s = script()
     history = history_before_confirmation(s)
     history = History(history.task, history.steps + (step(s.items[len(history.steps)], Effect.WRITE),))
