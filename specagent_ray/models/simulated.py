@@ -191,6 +191,12 @@ def stage(steps: Sequence[Step]) -> int:
                and s.action.kind is ActionKind.TOOL)
 
 
+def opens_stage(steps: Sequence[Step]) -> bool:
+    """Whether ``steps`` end where a stage opens: nothing after the last executed tool write (or nothing)."""
+    return not steps or (steps[-1].observation is not None and steps[-1].effect is Effect.WRITE
+                         and steps[-1].action.kind is ActionKind.TOOL)
+
+
 def _rng(*state: object) -> random.Random:
     return random.Random("|".join(map(str, state)))
 
@@ -285,12 +291,16 @@ class SimulatedPolicy:
         item, effect = items[nxt], effects[nxt]
         is_write = effect is Effect.WRITE and item.kind is ActionKind.TOOL
         later = [i for i in left[1:] if effects[i] is Effect.WRITE and items[i].kind is ActionKind.TOOL]
+        # Per stage, an early stop or a premature write is tried at the stage's opening only: after a
+        # write, a model that thinks it is done (or hurries) shows it at once; once past, it carries on.
+        opening = self.errors_by != "stage" or opens_stage(steps)
         if draw(r.premature_stop):
-            return Action.stop(), True
-        if is_write and draw(r.wrong_arg):
+            if opening:
+                return Action.stop(), True
+        elif is_write and draw(r.wrong_arg):
             wrong = mutate(item, rng, self.valid)
             return wrong, not wrong.same_as(item)
-        if not is_write and later and draw(r.premature_write):
+        elif not is_write and later and draw(r.premature_write) and opening:
             early = items[later[0]]
             return (mutate(early, rng, self.valid) if rng.random() < 0.5 else early), True
         u = u if rest is None else rest

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -252,6 +253,21 @@ def test_a_new_stage_begins_only_when_a_write_is_executed():
     draws = [_stops("stage", seed, reads + [step(CANCEL, Effect.WRITE)]) == _stops("stage", seed, reads)
              for seed in range(40)]
     assert not all(draws)  # the next stage draws afresh
+
+
+def test_an_early_stop_is_tried_at_a_stages_opening_only():
+    """Per stage, a model that would stop early does so at the stage's opening (the start, or right after
+    an executed write); once a step follows (a strong repair of the caught stop), it carries on."""
+    s = script(clarify=False)
+    policy = SimulatedPolicy("weak", s, ErrorRates(premature_stop=1.0), TokenModel(), PrefixCache(), ("t",))
+    assert policy.next_action(())[0].kind is ActionKind.STOP
+    repaired = [Step(READ_USER, Observation("ok"), "strong", Effect.READ)]
+    assert policy.next_action(repaired)[0].kind is not ActionKind.STOP
+    written = [step(READ_USER, Effect.READ), step(READ_RES, Effect.READ), step(s.items[2], Effect.WRITE),
+               step(CANCEL, Effect.WRITE)]
+    assert policy.next_action(written)[0].kind is ActionKind.STOP  # the next stage opens
+    per_step = replace(policy, errors_by="history")
+    assert per_step.next_action(repaired)[0].kind is ActionKind.STOP  # history keying: a hazard every step
 
 
 @pytest.mark.parametrize("errors_by, consistent", [("stage", True), ("history", False)])
