@@ -59,7 +59,7 @@ class SpecConfig:
     k: int = 6
     max_steps: int = 100
     review_messages: bool = False
-    escalate_below: float = 0.75
+    escalate_below: float = 0.65
 
     def __post_init__(self) -> None:
         if self.k < 1:
