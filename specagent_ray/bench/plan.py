@@ -83,11 +83,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="`bench tau2` results with strong and specagent runs: p, n (its block-length mix), "
                         "rho, f, call tokens and steps per session come from them (pooled)")
     # Defaults: rounded from `bench tau2 --domain airline --trials 3` (simulated, 2026-12-01, docs/benchmarks.md).
-    a.add_argument("--p", type=float, default=0.92, help="per-step acceptance p_u")
-    a.add_argument("--n", default="1:43,2:30,3:14,4:9,5:3,6:1",
+    a.add_argument("--p", type=float, default=0.82, help="per-step acceptance p_u")
+    a.add_argument("--n", default="1:66,2:18,3:8,4:4,5:3",
                    help="mean block length, or a mix LENGTH:COUNT,... (e.g. 1:75,2:39)")
     a.add_argument("--rho", type=float, default=0.2, help="separate strong repairs per rejection")
-    a.add_argument("--f", type=float, default=0.3, help="reviewed share of committed steps")
+    a.add_argument("--f", type=float, default=0.29, help="reviewed share of committed steps")
     k = p.add_argument_group("tokens (token model; ignored with --from-bench)")
     k.add_argument("--system-tokens", type=float, default=2600, help="prompt tokens before the first step")
     k.add_argument("--new-tokens", type=float, default=460, help="prompt tokens each committed step adds")
