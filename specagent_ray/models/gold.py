@@ -59,8 +59,9 @@ class SimSettings:
         strong, weak = DOMAIN_RATES.get(domain, (STRONG_RATES, WEAK_RATES))
         if domain in ("airline", "retail"):
             return cls(weak=weak, strong=strong, seed=seed, errors_by=errors_by or "stage")
-        return cls(weak=weak, strong=strong, verifier=VerifierRates(), style=Style(reorder_reads=False, explore_read=0.0),
-                   confidence_auc=0.86, error_correlation=0.0, clarify=False, seed=seed, errors_by=errors_by or "history")
+        return cls(weak=weak, strong=strong, verifier=VerifierRates(),
+                   style=Style(reorder_reads=False, explore_read=0.0), confidence_auc=0.86, error_correlation=0.0,
+                   clarify=False, seed=seed, errors_by=errors_by or "history")
 
 
 def first_user_message(tau2_task: Any) -> str:

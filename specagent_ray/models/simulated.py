@@ -4,8 +4,9 @@ A ``GoldScript`` is the path a perfect agent takes through one task: the task's 
 confirmation message before each write, a closing message that carries the facts the task expects
 the agent to communicate, and a stop. ``SimulatedPolicy`` replays that script through a seeded error
 model; ``SimulatedVerifier`` judges drafts *semantically* against it. Every draw is a pure function of
-(seed, task, trial, role, the model's call count, state): runs are reproducible, and a retry at an
-unchanged state draws afresh instead of repeating its mistake forever.
+(seed, task, trial, role, state and, for what may vary between retries, the model's call count): runs
+are reproducible. Under per-stage draws (the default) a model's harmful mistake belongs to the task's
+stage and comes back on a re-draft, while its harmless choices draw afresh, so nothing repeats forever.
 """
 
 from __future__ import annotations
@@ -140,8 +141,9 @@ TELECOM_WEAK_RATES = ErrorRates(wrong_arg=0.306, needless_read=0.30, skipped_rea
 # BFCL v4 multi-turn, calibrated on the base category (200 cases x 3 trials) to published BFCL-V4 overall
 # scores (BFCL does not publish multi-turn alone for these): Qwen3.5-397B-A17B, the paper's strong model,
 # 72.9 (llm-stats.com, self-reported) and a small model, LFM2.5-8B-A1B, 49.7 (benchlm.ai snapshot, June
-# 2026). The (history-keyed) airline rates scaled by 0.58 (strong) and 0.8 (weak), then, on 2026-12-01 after the same
-# drift (75.3 / 46.2), their harmful kinds by 1.1 and 0.85 (73.3 / 49.3). See docs/benchmarks.md.
+# 2026). The (history-keyed) airline rates scaled by 0.58 (strong) and 0.8 (weak), then, on 2026-12-01
+# after the same drift (75.3 / 46.2), their harmful kinds by 1.1 and 0.85 (73.3 / 49.3). See
+# docs/benchmarks.md.
 BFCL_STRONG_RATES = ErrorRates(wrong_arg=0.0893, needless_read=0.0174, skipped_read=0.0116, premature_write=0.016,
                                premature_stop=0.016)
 BFCL_WEAK_RATES = ErrorRates(wrong_arg=0.1156, needless_read=0.12, skipped_read=0.096, premature_write=0.0204,
@@ -252,9 +254,10 @@ class SimulatedPolicy:
     # What the error draw is keyed by. ``"history"``: every call draws afresh, and the shared draw is keyed
     # by the history's length and last step. ``"stage"``: the harmful kinds (early stop, wrong argument,
     # premature write) are one draw per model and stage of the task, the number of writes executed so far
-    # (``stage``); a model that would stop early or corrupt a write at that stage does so whenever it gets
-    # there, however it got there and however often it re-drafts (a discarded draft leaves no trace), and
-    # a long lookup adds no chance to stop. Harmless kinds and the style still draw afresh each call.
+    # (``stage``); a model that would corrupt the stage's write does so whenever it gets there, however it
+    # got there and however often it re-drafts (a discarded draft leaves no trace); an early stop or a
+    # premature write is tried once, at the stage's opening, so a long lookup adds no chance to stop.
+    # Harmless kinds and the style still draw afresh each call.
     errors_by: Literal["history", "stage"] = "stage"
     label: str = field(default=SIMULATED, init=False)
     calls: int = field(default=0, init=False)
@@ -279,7 +282,7 @@ class SimulatedPolicy:
         rest = own.random() if self.errors_by == "stage" else None  # the harmless kinds' own draw
 
         def draw(rate: float) -> bool:
-            """One slice of [0, 1) per error kind that applies here, so rates are per-step probabilities."""
+            """One slice of [0, 1) per error kind that applies here, so rates are probabilities per draw."""
             nonlocal u
             if u < rate:
                 return True

@@ -183,7 +183,9 @@ async def test_bfcl_sessions_run_on_their_own_backends_and_grade_through_serve(u
         for c in created:
             assert (await asyncio.wait_for(_last_event(client, c["session_id"]), 120))["t"] == "final"
         graded = [await client.trajectory(c["session_id"], grade=True) for c in created]
-    assert all(g["status"] == "done" and g["termination"] == "user_stop" for g in graded)
+    # A simulated agent may stop early: BFCL's draws are keyed by each replica's call count, so which
+    # replica served a draft moves them (history keying, docs/simulation.md). Every session must finish.
+    assert all(g["status"] == "done" and g["termination"] in ("user_stop", "agent_stop") for g in graded)
     assert 1.0 in [g["reward"] for g in graded]  # BFCL's checker, through Serve
 
 
