@@ -186,17 +186,19 @@ class VerifierRates:
 VERIFIER_RATES = VerifierRates(false_accept=0.3)
 
 
+def _executed_write(step: Step) -> bool:
+    """A tool write that ran (right, wrong or failed); a staged write never executed is not one."""
+    return step.observation is not None and step.effect is Effect.WRITE and step.action.kind is ActionKind.TOOL
+
+
 def stage(steps: Sequence[Step]) -> int:
-    """The task's stage after ``steps``: how many tool writes have been executed (right, wrong or failed).
-    Staged writes that were never executed do not count."""
-    return sum(1 for s in steps if s.observation is not None and s.effect is Effect.WRITE
-               and s.action.kind is ActionKind.TOOL)
+    """The task's stage after ``steps``: how many tool writes have been executed."""
+    return sum(map(_executed_write, steps))
 
 
 def opens_stage(steps: Sequence[Step]) -> bool:
     """Whether ``steps`` end where a stage opens: nothing after the last executed tool write (or nothing)."""
-    return not steps or (steps[-1].observation is not None and steps[-1].effect is Effect.WRITE
-                         and steps[-1].action.kind is ActionKind.TOOL)
+    return not steps or _executed_write(steps[-1])
 
 
 def _rng(*state: object) -> random.Random:
@@ -273,8 +275,9 @@ class SimulatedPolicy:
         last = steps[-1].action.key() if steps else ""
         own = _rng(*self.seed, self.role, self.calls, len(steps), last)
         if self.errors_by == "stage":
-            rng = _rng(*self.seed, "stage", stage(steps))  # what any model meets here (see error_correlation)
-            mine = _rng(*self.seed, self.role, "stage", stage(steps))
+            k = stage(steps)
+            rng = _rng(*self.seed, "stage", k)  # what any model meets here (see error_correlation)
+            mine = _rng(*self.seed, self.role, "stage", k)
         else:
             rng, mine = _rng(*self.seed, "state", len(steps), last), own
         u = NormalDist().cdf(self.error_correlation * rng.gauss(0, 1)
