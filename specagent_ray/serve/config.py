@@ -109,8 +109,9 @@ class GatewayConfig(Strict):
     dev_api_key: str | None = None
     max_body_bytes: int = Field(65536, ge=1024)
     events_wait_s: float = Field(15.0, gt=0, description="SSE long-poll slice")
-    coordinator_retry_s: float = Field(120.0, gt=0, description="how long an idempotent request waits for a "
-                                       "restarting coordinator (only 'coordinator unavailable' errors are retried)")
+    coordinator_retry_s: float = Field(120.0, gt=0, description="how long a request waits for a coordinator: "
+                                       "an idempotent one waits out a restart (only 'coordinator unavailable' "
+                                       "errors are retried), and one that no replica takes gets 503 after it")
     docs: bool = Field(False, description="serve /docs, /redoc and /openapi.json (without a key); keep it off "
                        "in production, where the API's shape is nobody's business but the clients'")
     rate_per_s: float = Field(50.0, gt=0, description="per-tenant request rate (token bucket, per gateway "
@@ -168,6 +169,27 @@ class ClientSource(Strict):
 
 ToolSource = Annotated[Tau2Source | BfclSource | McpSource | ClientSource, Field(discriminator="kind")]
 BENCHMARKS = (Tau2Source, BfclSource)  # sources whose sessions name a benchmark task and can be graded
+
+
+def unavailable_sources(sources: dict[str, ToolSource]) -> dict[str, str]:
+    """The configured sources that cannot run in this process, each with one line naming the missing
+    package or command and how to install it: a tau2 or BFCL source without its package, an MCP stdio
+    source whose command is not on PATH. The server runs without them (``optional.py``)."""
+    from ..optional import Missing, require, require_command
+
+    out = {}
+    for name, source in sources.items():
+        needed_by = f"tool source {name!r} ({source.kind})"
+        try:
+            if isinstance(source, Tau2Source):
+                require("tau2", needed_by)
+            elif isinstance(source, BfclSource):
+                require("bfcl_eval", needed_by)
+            elif isinstance(source, McpSource) and source.command:
+                require_command(source.command[0], needed_by)
+        except Missing as exc:
+            out[name] = str(exc)
+    return out
 
 
 class SessionDefaults(Strict):

@@ -3,7 +3,8 @@ and the tool catalog a session gets.
 
 Guarantees: a request names only a configured source (the client never picks a command or a URL) and
 only a method the profile serves (403 otherwise: a client cannot switch write verification off); a
-source's tool catalog is described once and cached; an MCP source that is down answers 409.
+source's tool catalog is described once and cached; an MCP source that is down, or a source whose
+package or command is not installed here, answers 409.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .config import (
     ClientSource,
     McpSource,
     Tau2Source,
+    unavailable_sources,
 )
 from .errors import BadRequest, Conflict, Forbidden
 from .session import Catalog, Session
@@ -42,13 +44,19 @@ class ToolSources:
         self.cfg = cfg
         self.tool_host = tool_host
         self._catalogs: dict[str, Catalog] = {}
+        self.unavailable = unavailable_sources(cfg.tool_sources)  # name -> what is missing, in one line
 
     def check(self, req: CreateSession):
-        """The configured source the request names, if the request suits it and the engines (400 if not)."""
+        """The configured source the request names, if the request suits it and the engines (400 if not;
+        409 for a source whose package or command is not installed here)."""
         source = self.cfg.tool_sources.get(req.tool_source)
         if source is None:
             raise BadRequest(f"unknown tool source {req.tool_source!r}; this server offers: "
                              f"{', '.join(sorted(self.cfg.tool_sources))}")
+        if req.tool_source in self.unavailable:
+            why = ("its MCP server's command is not installed here (the server log names it)"
+                   if isinstance(source, McpSource) else self.unavailable[req.tool_source])  # no command lines
+            raise Conflict(f"tool source {req.tool_source!r} is unavailable: {why}")
         method = req.method or self.cfg.defaults.method
         if method not in self.cfg.methods:
             raise Forbidden(f"method {method!r} is not served here; this server serves: {', '.join(self.cfg.methods)}")
@@ -63,17 +71,17 @@ class ToolSources:
         return source
 
     async def warm(self) -> None:
-        """Load every tau2 source's domain and catalog now (about 1 s of CPU each, once per process), so
-        that the first sessions do not pay it on the event loop's time."""
+        """Load every tau2 source's domain and catalog and every BFCL source's cases now (about 1 s of
+        CPU each, once per process), so that the first sessions do not pay it on the event loop's time.
+        A source whose package is missing is skipped with one warning line: only it is unavailable."""
         for name, source in self.cfg.tool_sources.items():
-            if isinstance(source, Tau2Source):
+            if name in self.unavailable:
+                log.warning("%s", self.unavailable[name])
+            elif isinstance(source, Tau2Source):
                 req = CreateSession(tool_source=name, task_id="warm-up", user="client", message="-")
                 await self.catalog(req, source)
             elif isinstance(source, BfclSource):
-                try:
-                    await self.bfcl_cases(name, source)
-                except Conflict as exc:  # BFCL's package is optional: only this source is unavailable
-                    log.warning("%s", exc.message)
+                await self.bfcl_cases(source)
 
     async def graded(self, s: Session) -> str | None:
         """Set a finished tau2 session's reward; the reason, if tau2's evaluator cannot replay its record."""
@@ -99,7 +107,7 @@ class ToolSources:
     async def task(self, req: CreateSession, source) -> Task:
         """The task a request names: a tau2 task or BFCL case (by id) for those sources, else an ad-hoc one."""
         if isinstance(source, BfclSource):
-            cases = await self.bfcl_cases(req.tool_source, source)
+            cases = await self.bfcl_cases(source)
             if req.task_id not in cases:
                 raise BadRequest(f"task_id {req.task_id!r} is not a BFCL {source.category} case "
                                  f"({len(cases)} cases, e.g. {', '.join(list(cases)[:3])})")
@@ -118,14 +126,10 @@ class ToolSources:
         return Task(req.task_id, req.message or "", domain.tasks[req.task_id])  # a tau2 user speaks first in the runner
 
     @staticmethod
-    async def bfcl_cases(name: str, source: BfclSource) -> dict[str, Any]:
-        """A BFCL source's cases; 409 naming the install command where BFCL's package is missing."""
+    async def bfcl_cases(source: BfclSource) -> dict[str, Any]:
         from ..tools.bfcl import load_cases
 
-        try:
-            return await asyncio.to_thread(load_cases, source.category)
-        except RuntimeError as exc:
-            raise Conflict(f"tool source {name!r} is unavailable: {exc}") from None
+        return await asyncio.to_thread(load_cases, source.category)
 
     @staticmethod
     async def domain(name: str):

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from ..protocol.types import Observation, ToolCall
 from ..storage.base import Store
-from .config import BfclSource, McpSource, Tau2Source, ToolSource
+from .config import BfclSource, McpSource, Tau2Source, ToolSource, unavailable_sources
 from .batcher import Batcher
 from .handles import lane_of
 from .idempotency import IdempotencyRecords, KeyReused, StaleEpoch, call_digest, unknown_outcome
@@ -51,6 +51,7 @@ class ToolHost:
 
     def __init__(self, sources: Mapping[str, ToolSource], store: Store | None = None):
         self.sources = dict(sources)
+        self.unavailable = unavailable_sources(self.sources)  # name -> what is missing, in one line
         self._envs: dict[tuple[str, str], Any] = {}
         self._mcp: dict[str, Any] = {}
         self._mcp_lock = asyncio.Lock()
@@ -63,6 +64,8 @@ class ToolHost:
     def _source(self, name: str) -> ToolSource:
         if name not in self.sources:
             raise UnknownSource(f"unknown tool source {name!r}; configured: {', '.join(sorted(self.sources))}")
+        if name in self.unavailable:
+            raise UnknownSource(self.unavailable[name])
         return self.sources[name]
 
     async def describe(self, source: str) -> dict[str, dict[str, Any]]:
@@ -178,19 +181,20 @@ class ToolHost:
             return box
 
     def warm(self) -> None:
-        """Load the tau2 sources' domains (their pristine DBs) now rather than on a session's first call."""
-        from ..tools.tau2 import Tau2Domain
+        """Load the tau2 sources' domains (their pristine DBs) and the BFCL sources' cases now rather than
+        on a session's first call. A source whose package or command is missing is skipped with one
+        warning line: the host starts without it, and a call naming it is refused."""
+        for name, spec in self.sources.items():
+            if name in self.unavailable:
+                log.warning("%s", self.unavailable[name])
+            elif isinstance(spec, Tau2Source):
+                from ..tools.tau2 import Tau2Domain
 
-        for spec in self.sources.values():
-            if isinstance(spec, Tau2Source):
                 Tau2Domain.load(spec.domain).new_environment()
             elif isinstance(spec, BfclSource):
                 from ..tools.bfcl import load_cases
 
-                try:
-                    load_cases(spec.category)
-                except RuntimeError as exc:  # BFCL's package is optional: only its sources fail, when used
-                    log.warning("BFCL tool source unavailable: %s", exc)
+                load_cases(spec.category)
 
     async def execute_many(self, reads: Sequence[tuple[str, str, ToolCall, str | None]]
                            ) -> list[Observation | BaseException]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from ..optional import require
 from ..protocol.types import ActionKind, Effect, Observation, Termination, ToolCall, Trajectory
 from .schema import SchemaValidator
 
@@ -91,15 +92,12 @@ _TYPES = {"dict": "object", "float": "number", "integer": "integer", "string": "
           "array": "array", "tuple": "array", "any": None}
 
 
-INSTALL = "pip install --no-deps bfcl-eval==2026.3.23"
+NEEDED_BY = "BFCL tool sources and `bench bfcl`"
 
 
 def _config() -> Any:
-    try:
-        return importlib.import_module("bfcl_eval.constants.executable_backend_config")
-    except ModuleNotFoundError:
-        raise RuntimeError(f"BFCL tool sources and `bench bfcl` need BFCL's package: {INSTALL} "
-                           "(without its dependencies, which the multi-turn modules do not use)") from None
+    require("bfcl_eval", NEEDED_BY)
+    return importlib.import_module("bfcl_eval.constants.executable_backend_config")
 
 
 def _jsonl(path: str) -> list[dict[str, Any]]:
@@ -169,8 +167,10 @@ def _case_validator(category: str, case_id: str) -> SchemaValidator:
 
 @functools.cache
 def load_cases(category: str = "base") -> dict[str, BfclCase]:
+    """Every case of a multi-turn category; ``optional.Missing`` (a RuntimeError) without BFCL's package."""
     if category not in CATEGORIES:
         raise ValueError(f"unknown BFCL multi-turn category {category!r}; choose from {', '.join(CATEGORIES)}")
+    require("bfcl_eval", NEEDED_BY)
     truth = {g["id"]: g["ground_truth"] for g in _jsonl(f"possible_answer/BFCL_v4_multi_turn_{category}.json")}
     cases = {}
     for e in _jsonl(f"BFCL_v4_multi_turn_{category}.json"):

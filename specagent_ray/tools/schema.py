@@ -14,21 +14,38 @@ from functools import cache, lru_cache
 from typing import Any
 
 import jsonschema
-import re2
 
+from ..optional import Missing, require
 from ..protocol.types import ToolCall
 
 MAX_SCHEMA_BYTES = 16_384  # one client tool's schema, as JSON
 MAX_SCHEMA_DEPTH = 16  # nesting of objects and lists in one client tool's schema
-_RE2 = re2.Options()
-_RE2.log_errors = False
+
+
+@cache
+def _re2() -> tuple[Any, Any]:
+    """RE2 and its options; ``optional.Missing`` if google-re2 is not installed."""
+    require("re2", "checking a pattern in a client tool's schema in linear time")
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False
+    return re2, options
 
 
 @lru_cache(maxsize=1024)
 def compiled(pattern: str, trusted: bool = False) -> Any:
-    """``pattern`` compiled by RE2; ``re.error`` if RE2 cannot (Python's ``re`` for trusted schemas)."""
+    """``pattern`` compiled by RE2; ``re.error`` if RE2 cannot (Python's ``re`` for trusted schemas).
+    Without google-re2 a trusted schema's pattern uses ``re`` and a client's is refused (``re.error``
+    naming the install command): a client never gets a backtracking matcher."""
     try:
-        return re2.compile(pattern, options=_RE2)
+        re2, options = _re2()
+    except Missing as exc:
+        if trusted:
+            return re.compile(pattern)
+        raise re.error(f"pattern {pattern!r} cannot be checked here: {exc}") from None
+    try:
+        return re2.compile(pattern, options=options)
     except re2.error as exc:
         if trusted:
             return re.compile(pattern)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from collections.abc import Sequence
 from typing import Any, Callable
 
+from ..optional import require
 from ..protocol.types import ActionKind, Effect, Observation, Termination, ToolCall, Trajectory, UserToolCall
 from .schema import SchemaValidator
 
@@ -60,6 +61,7 @@ class Tau2Domain:
     def load(cls, name: str) -> "Tau2Domain":
         if name not in DOMAINS:
             raise ValueError(f"unknown tau2 domain {name!r}; choose one of {', '.join(DOMAINS)}")
+        require("tau2", "tau2 tool sources and `bench tau2`")
         _quiet_tau2()
         from importlib import import_module
 

@@ -4,6 +4,7 @@ the real session log on a local folder, real tau2 environments. Ray is exercised
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import Counter
 
 import pytest
@@ -547,20 +548,33 @@ async def test_bfcl_sessions_run_on_their_own_backends_resume_after_a_crash_and_
     assert 1.0 in rewards  # graded by BFCL's checker
 
 
-async def test_without_bfcls_package_only_the_bfcl_source_is_unavailable(tmp_path, monkeypatch):
-    import specagent_ray.tools.bfcl as bfcl
+@pytest.fixture
+def without_bfcl(monkeypatch):
+    """BFCL's package as a newcomer's venv has it: not installed (importing it fails as it would)."""
+    from specagent_ray.tools.bfcl import load_cases
 
-    def missing(category="base"):
-        raise RuntimeError(f"BFCL tool sources and `bench bfcl` need BFCL's package: {bfcl.INSTALL}")
-    monkeypatch.setattr(bfcl, "load_cases", missing)
+    load_cases.cache_clear()
+    monkeypatch.setitem(sys.modules, "bfcl_eval", None)
+    yield
+    load_cases.cache_clear()
+
+
+async def test_without_bfcls_package_only_the_bfcl_source_is_unavailable(tmp_path, without_bfcl, caplog):
     cfg = config().model_dump()
-    cfg["tool_sources"] = {**cfg["tool_sources"], "files": {"kind": "bfcl", "category": "base"}}
+    cfg["tool_sources"] = {**cfg["tool_sources"], "files": {"kind": "bfcl", "category": "base"},
+                           "git": {"kind": "mcp", "command": ["no-such-mcp-server", "--repo", "secret-path"]}}
     cluster = Cluster(tmp_path, AppConfig.model_validate(cfg))
-    cluster.tools.warm()  # the tool host starts (it logs the missing package)
+    cluster.tools.warm()  # the tool host starts, with one line naming each missing part
     coord = cluster.coordinator
     await coord.start()  # and so does the coordinator
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("'files'" in m and "pip install --no-deps bfcl-eval==" in m for m in lines), lines
+    assert any("'git'" in m and "'no-such-mcp-server'" in m and "not on PATH" in m for m in lines), lines
     with pytest.raises(Conflict, match="'files' is unavailable.*pip install --no-deps bfcl-eval"):
         await coord.create(CreateSession(tool_source="files", task_id="multi_turn_base_0", user="simulated"))
+    with pytest.raises(Conflict, match="'git' is unavailable") as refused:
+        await coord.create(CreateSession(tool_source="git", user="client", message="status?"))
+    assert "no-such-mcp-server" not in refused.value.message and "secret-path" not in refused.value.message
     sid = (await coord.create(sim("0")))["session_id"]  # the other sources serve as before
     assert (await finish(coord, [sid]))[0]["done"]
 
