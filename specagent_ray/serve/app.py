@@ -155,7 +155,8 @@ def _gateway_class(cfg: dict[str, Any]):
             if not keys:
                 raise ValueError(f"no API keys: set {config.gateway.api_keys_env} (comma-separated) "
                                  "or gateway.dev_api_key")
-            serve_with(coordinators, keys, operator_keys(config.gateway, dict(os.environ)))
+            serve_with(coordinators, keys, operator_keys(config.gateway, dict(os.environ)),
+                       config.gateway.coordinator_retry_s)
 
     return Gateway
 

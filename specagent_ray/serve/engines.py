@@ -12,7 +12,7 @@ import logging
 import os
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -51,12 +51,15 @@ def cpu_llm_config(model_id: str, folder: str | os.PathLike[str], kv_cache_gib: 
     )
 
 
-def wait_until_serving(base_url: str, model_ids: list[str], timeout_s: float = 600.0) -> None:
-    """Block until every model id answers a one-token chat completion, or raise TimeoutError."""
+def wait_until_serving(base_url: str, model_ids: list[str], timeout_s: float = 600.0,
+                       check: Callable[[], None] = lambda: None) -> None:
+    """Block until every model id answers a one-token chat completion, or raise TimeoutError; what
+    ``check()`` raises (it runs before each try) ends the wait too."""
     deadline = time.monotonic() + timeout_s
     pending = list(model_ids)
     last_error = ""
     while pending and time.monotonic() < deadline:
+        check()
         model = pending[0]
         body = json.dumps({"model": model, "max_tokens": 1,
                            "messages": [{"role": "user", "content": "ping"}]}).encode()

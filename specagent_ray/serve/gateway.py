@@ -48,6 +48,7 @@ from .api import (
 )
 from .config import GatewayConfig
 from .errors import ApiError, Forbidden, Overloaded, ServiceUnavailable, Unauthorized, documented, unwrap
+from .handles import NoReplica, taken
 from .records import SessionEvent
 from .shards import ShardRouter
 
@@ -192,7 +193,7 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
     async def coordinator(method: str, *args: Any, retry: bool | None = None, **kwargs: Any) -> Any:
         """Call the coordinator. A call safe to repeat waits out a restart within the configured patience."""
         retry = method in IDEMPOTENT if retry is None else retry
-        delay, waited = 0.25, 0.0
+        delay, begun = 0.25, time.monotonic()
         while True:
             try:
                 return await call(method, *args, **kwargs)
@@ -203,13 +204,15 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
                 if not isinstance(err, UNAVAILABLE):
                     log.error("coordinator call %s failed: %s: %s", method, type(err).__name__, err)
                     raise Internal() from None
-                if not retry or waited >= cfg.coordinator_retry_s:
+                remaining = cfg.coordinator_retry_s - (time.monotonic() - begun)
+                if isinstance(err, NoReplica):  # it waited out the patience already, and nothing ran
+                    raise Unavailable(f"coordinator unavailable: {err}; try again") from None
+                if not retry or remaining <= 0:
                     raise Unavailable(f"coordinator unavailable ({type(err).__name__}); "
                                       + ("try again" if retry else "not retried: send an Idempotency-Key "
                                          "to make this call safe to repeat")) from None
                 log.warning("coordinator call %s failed (%s); retrying", method, type(err).__name__)
-                await asyncio.sleep(delay)
-                waited += delay
+                await asyncio.sleep(min(delay, remaining))
                 delay = min(delay * 2, 5.0)
 
     @app.exception_handler(ApiError)
@@ -352,10 +355,13 @@ def _publish(app: FastAPI, cfg: GatewayConfig, offer: Offer | None) -> None:
 _SERVED: dict[str, Any] = {"keys": frozenset()}
 
 
-def serve_with(coordinators: list[Any], keys: frozenset[str], operators: frozenset[str] = frozenset()) -> None:
-    """The replica's coordinator shards (deployment handles), API keys and operator keys."""
-    def call_shard(i: int, method: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(coordinators[i], method).remote(*args, **kwargs)
+def serve_with(coordinators: list[Any], keys: frozenset[str], operators: frozenset[str] = frozenset(),
+               patience_s: float = 120.0) -> None:
+    """The replica's coordinator shards (deployment handles), API keys and operator keys. A call that no
+    coordinator replica takes within ``patience_s`` (the gateway's ``coordinator_retry_s``) fails as
+    unavailable instead of waiting in Serve's queue for a replica that may never start."""
+    async def call_shard(i: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await taken(getattr(coordinators[i], method).remote(*args, **kwargs), patience_s)
 
     _SERVED["router"], _SERVED["keys"] = ShardRouter(call_shard, len(coordinators)), keys | operators
     _SERVED["operators"] = operators

@@ -7,6 +7,7 @@ session-aware router would use to pick one replica (a no-op in process; Serve's 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import zlib
 from typing import Any
@@ -45,3 +46,20 @@ class Local:
             result = getattr(self._obj, name)(*args, **kwargs)  # looked up per call, like a live replica
             return await result if inspect.isawaitable(result) else result
         return call
+
+
+class NoReplica(ConnectionError):
+    """No replica of a deployment took a call within the caller's patience: none is running (it cannot
+    start, or every one is restarting). The call never ran anywhere."""
+
+
+async def taken(response: Any, patience_s: float) -> Any:
+    """The result of a Serve ``DeploymentResponse``; ``NoReplica`` if no replica takes the call within
+    ``patience_s``. Serve itself queues a call until some replica runs, which for a deployment that
+    cannot start is forever; a call already taken by a replica is awaited without a bound."""
+    try:  # Serve's own step of the await: resolving the call to a replica
+        await asyncio.wait_for(response._fetch_future_result_async(), patience_s)
+    except asyncio.TimeoutError:
+        response.cancel()  # still queued: cancelling the assignment stops it from ever running
+        raise NoReplica(f"no replica took the call within {patience_s:g} s") from None
+    return await response

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from ..ports import free_port
+from .profiles import load_profile
 from .workload import (
     SessionResult,
     apps_of,
@@ -35,6 +36,7 @@ from .workload import (
     summarize,
     wait_ready,
 )
+from .watch import AppFailed, AppWatch
 
 KEY = "dev-key"
 LOG = Path(".specagent/serve.log")
@@ -63,7 +65,6 @@ def default_tasks(profile: str, tool_source: str, count: int) -> tuple[str, ...]
     """The first ``count`` tasks of a tool source's benchmark set (tau2's base split, BFCL's cases)."""
     from ..benchmarks import benchmark
     from .config import AppConfig
-    from .profiles import load_profile
     from .sources import benchmark_name
 
     app = next(a for a in load_profile(profile).applications if a.import_path.endswith("build_app"))
@@ -100,6 +101,8 @@ def quiet(console: Console, verbose: bool) -> Iterator[None]:
                 yield
             finally:
                 console.file = screen_file
+    except AppFailed:  # its one line says what failed and where the replica logs are
+        raise
     except Exception:  # not on Ctrl-C
         tail = LOG.read_text(errors="replace").splitlines()[-20:] if LOG.exists() else []
         if tail:
@@ -109,13 +112,33 @@ def quiet(console: Console, verbose: bool) -> Iterator[None]:
 
 
 def run_with_progress(console: Console, url: str, bodies: list[dict[str, Any]], label: str,
-                      concurrency: int) -> list[SessionResult]:
-    """Run the sessions through the gateway at ``url`` with a progress bar; every session's graded result."""
+                      concurrency: int, watch: AppWatch) -> list[SessionResult]:
+    """Run the sessions through the gateway at ``url`` with a progress bar; every session's graded result.
+    ``AppFailed`` as soon as ``watch`` sees a deployment fail."""
     columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
         bar = progress.add_task(label, total=len(bodies))
         return asyncio.run(run_sessions(url, KEY, bodies, concurrency=concurrency,
-                                        on_done=lambda r: progress.advance(bar)))
+                                        on_done=lambda r: progress.advance(bar), guard=watch.guard))
+
+
+def warn_unavailable(console: Console, apps: Sequence[Any]) -> None:
+    """One line for each tool source of ``apps`` that this install cannot run (its package or command is
+    missing): the servers start without it, and the line says what to install."""
+    from .config import AppConfig, unavailable_sources
+
+    lines: dict[str, None] = {}
+    for a in apps:
+        if a.spec.import_path.endswith(":build_app"):
+            lines.update(dict.fromkeys(unavailable_sources(AppConfig.model_validate(a.spec.args or {}).tool_sources)
+                                       .values()))
+    for line in lines:
+        console.print(f"[yellow]off:[/yellow] {line}", highlight=False, soft_wrap=True)
+
+
+def failed(console: Console, exc: AppFailed) -> int:
+    console.print(f"[red]failed:[/red] {exc}", highlight=False, soft_wrap=True)  # one line, however wide
+    return 1
 
 
 def serve_main(console: Console, port: int | None = None, verbose: bool = False, sim_tasks: int = SIM_TASKS,
@@ -125,40 +148,55 @@ def serve_main(console: Console, port: int | None = None, verbose: bool = False,
     where to go next."""
     from ray import serve
 
-    from .profiles import load_profile
-
     console.print(INTRO)
     port = port or free_port()
-    with quiet(console, verbose):
-        console.print("building the two tiny random-weight models if missing (.specagent/models)...")
-        ensure_local_models()
-        cpu = apps_of(load_profile("local-cpu", port=port))
-        sim = apps_of(load_profile("sim", SIM_ARGS, port=port), rename="sim")
-        console.print("starting a local Ray cluster; the local-cpu engines load in the background "
-                      "(1-2 min on the CPU)...")
-        with local_ray(num_cpus=16):
-            base = start_apps(cpu + sim, port)
-            wait_ready(base, sim)
-            console.print(f"gateways at {base}/sim (sim) and {base} (local-cpu); OpenAPI schema at .../docs")
-            methods = ("strong", "specagent")
-            tasks = default_tasks("sim", "airline", sim_tasks)
-            sim_results = run_with_progress(console, f"{base}/sim", session_bodies("airline", tasks, methods,
-                                            "simulated"), f"[1/2] sim: {len(tasks)} airline tasks", 64)
-            console.print(sim_table(sim_results, methods))
-            console.print(SIM_NOTE.format(hardware=hardware_label(sim)))
-            serve.delete("sim", _blocking=False)  # its replicas' CPU goes to the engines
-            start = time.monotonic()
-            with console.status("[2/2] local-cpu: waiting for the vLLM engines to load..."):
-                wait_ready(base, cpu)
-            console.print(f"[2/2] local-cpu: engines ready ({time.monotonic() - start:.0f} s after the sim phase)")
-            tasks, methods = default_tasks("local-cpu", "airline", real_tasks), ("strong", "specagent")
-            real_results = run_with_progress(console, base, session_bodies("airline", tasks, methods, "tau2"),
-                                             f"[2/2] local-cpu: {len(tasks)} airline tasks", 2)
-            console.print(real_table(real_results, methods))
-            console.print(RANDOM_WEIGHTS)
-            console.print(next_steps())
-            console.print("stopping the local Ray cluster...")
+    try:
+        with quiet(console, verbose):
+            console.print("building the two tiny random-weight models if missing (.specagent/models)...")
+            ensure_local_models()
+            cpu = apps_of(load_profile("local-cpu", port=port))
+            sim = apps_of(load_profile("sim", SIM_ARGS, port=port), rename="sim")
+            warn_unavailable(console, cpu + sim)
+            console.print("starting a local Ray cluster; the local-cpu engines load in the background "
+                          "(1-2 min on the CPU)...")
+            with local_ray(num_cpus=16):
+                base = start_apps(cpu + sim, port)
+                watch = AppWatch([a.name for a in cpu + sim])  # a deployment that cannot start ends the job
+                wait_ready(base, sim, watch=watch)
+                console.print(f"gateways at {base}/sim (sim) and {base} (local-cpu); OpenAPI schema at .../docs")
+                sim_results = sim_phase(console, base, sim, sim_tasks, watch)
+                serve.delete("sim", _blocking=False)  # its replicas' CPU goes to the engines
+                real_results = real_phase(console, base, cpu, real_tasks, watch)
+                console.print(next_steps())
+                console.print("stopping the local Ray cluster...")
+    except AppFailed as exc:
+        return failed(console, exc)
     return report_failures(console, sim_results + real_results)
+
+
+def sim_phase(console: Console, base: str, sim: Sequence[Any], task_count: int, watch: AppWatch
+              ) -> list[SessionResult]:
+    methods = ("strong", "specagent")
+    tasks = default_tasks("sim", "airline", task_count)
+    results = run_with_progress(console, f"{base}/sim", session_bodies("airline", tasks, methods, "simulated"),
+                                f"[1/2] sim: {len(tasks)} airline tasks", 64, watch)
+    console.print(sim_table(results, methods))
+    console.print(SIM_NOTE.format(hardware=hardware_label(sim)))
+    return results
+
+
+def real_phase(console: Console, base: str, cpu: Sequence[Any], task_count: int, watch: AppWatch
+               ) -> list[SessionResult]:
+    start = time.monotonic()
+    with console.status("[2/2] local-cpu: waiting for the vLLM engines to load..."):
+        wait_ready(base, cpu, watch=watch)
+    console.print(f"[2/2] local-cpu: engines ready ({time.monotonic() - start:.0f} s after the sim phase)")
+    tasks, methods = default_tasks("local-cpu", "airline", task_count), ("strong", "specagent")
+    results = run_with_progress(console, base, session_bodies("airline", tasks, methods, "tau2"),
+                                f"[2/2] local-cpu: {len(tasks)} airline tasks", 2, watch)
+    console.print(real_table(results, methods))
+    console.print(RANDOM_WEIGHTS)
+    return results
 
 
 def serve_profile(console: Console, profile: str, tasks: tuple[str, ...] | None, methods: tuple[str, ...],
@@ -167,21 +205,27 @@ def serve_profile(console: Console, profile: str, tasks: tuple[str, ...] | None,
     """One profile on its own: deploy it locally, run ``tasks`` x ``methods`` through its gateway and print
     the comparison; returns 1 if any session did not finish, else 0."""
     sim = profile == "sim"
-    with quiet(console, verbose):  # loading a model profile imports vLLM, which logs
-        tasks = tasks or default_tasks(profile, tool_source, task_count)
-        bodies = session_bodies(tool_source, tasks, methods, "simulated" if sim else "tau2", max_steps)
-        if profile in ("local-cpu", "edge-cloud"):
-            console.print("building the local tiny models if missing (.specagent/models)...")
-            ensure_local_models()
-        port = port or free_port()
-        console.print(f"starting profile {profile} on a local Ray cluster at http://127.0.0.1:{port}"
-                      + ("" if sim else " (model engines take 1-2 min to load on the CPU)") + "...")
-        with local_cluster(profile, port) as url:
-            console.print(f"serving at {url} (OpenAPI schema: {url}/docs)")
-            results = run_with_progress(console, url, bodies, f"{tool_source} sessions over HTTP ({profile})",
-                                        2 if not sim else 64)
-            console.print(comparison_table(results, profile))
-            console.print("stopping the local Ray cluster...")
+    try:
+        with quiet(console, verbose):  # loading a model profile imports vLLM, which logs
+            apps = apps_of(load_profile(profile))
+            warn_unavailable(console, apps)
+            tasks = tasks or default_tasks(profile, tool_source, task_count)
+            bodies = session_bodies(tool_source, tasks, methods, "simulated" if sim else "tau2", max_steps)
+            if profile in ("local-cpu", "edge-cloud"):
+                console.print("building the local tiny models if missing (.specagent/models)...")
+                ensure_local_models()
+            port = port or free_port()
+            engines = any((a.spec.args or {}).get("llm_configs") for a in apps)
+            console.print(f"starting profile {profile} on a local Ray cluster at http://127.0.0.1:{port}"
+                          + (" (model engines take 1-2 min to load on the CPU)" if engines else "") + "...")
+            with local_cluster(profile, port) as url:
+                console.print(f"serving at {url} (OpenAPI schema: {url}/docs)")
+                results = run_with_progress(console, url, bodies, f"{tool_source} sessions over HTTP ({profile})",
+                                            2 if not sim else 64, AppWatch([a.name for a in apps]))
+                console.print(comparison_table(results, profile))
+                console.print("stopping the local Ray cluster...")
+    except AppFailed as exc:
+        return failed(console, exc)
     return report_failures(console, results)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -108,16 +108,25 @@ def build(import_path: str, args: Mapping[str, Any]) -> Any:
 
 
 def run_profile(schema: Any, port: int | None = None, proxy_location: str | None = None) -> str:
-    """Deploy every application of a validated profile on the connected Ray cluster; returns the base
-    URL. The caller owns ``ray.init`` and ``serve.shutdown``. ``proxy_location="HeadOnly"`` where
-    several nodes share one host and so cannot each bind the port."""
+    """Deploy every application of a validated profile on the connected Ray cluster, without waiting
+    for them to run (``workload.wait_ready`` waits, and reports a deployment that cannot start);
+    returns the base URL. The caller owns ``ray.init`` and ``serve.shutdown``.
+    ``proxy_location="HeadOnly"`` where several nodes share one host and so cannot each bind the port."""
     from ray import serve
 
     http = schema.http_options
     host, port = (getattr(http, "host", None) or "127.0.0.1"), port or getattr(http, "port", 8000)
     serve.start(http_options={"host": host, "port": port},
                 **({"proxy_location": proxy_location} if proxy_location else {}))
-    for app in schema.applications:
-        serve.run(build(app.import_path, app.args or {}), name=app.name, route_prefix=app.route_prefix,
-                  blocking=False)
+    deploy((a.name, a.route_prefix, a) for a in schema.applications)
     return f"http://{host}:{port}"
+
+
+def deploy(apps: Iterable[tuple[str, str, Any]]) -> None:
+    """Deploy each ``(name, route_prefix, application schema)`` on the running Serve instance and
+    return at once: Serve's own wait would end in a bare "failed to update the deployments" error."""
+    from ray import serve
+
+    serve.run_many([serve.RunTarget(build(spec.import_path, spec.args or {}), name=name, route_prefix=route)
+                    for name, route, spec in apps],
+                   wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)

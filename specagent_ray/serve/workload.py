@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +20,8 @@ from typing import IO, Any
 import httpx
 
 from .client import GatewayClient
-from .profiles import build, load_profile, run_profile
+from .profiles import deploy, load_profile, run_profile
+from .watch import AppWatch
 
 LOCAL_MODELS = {"tiny-weak": 0, "tiny-strong": 1}  # folder name -> seed of the random weights
 CHATTY = ("httpx", "LiteLLM", "openai")  # client libraries that log every request at INFO
@@ -111,24 +112,24 @@ def start_apps(apps: Sequence[App], port: int, host: str = "127.0.0.1") -> str:
     from ray import serve
 
     serve.start(http_options={"host": host, "port": port})
-    serve.run_many([serve.RunTarget(build(a.spec.import_path, a.spec.args or {}), name=a.name,
-                                    route_prefix=a.route_prefix) for a in apps],
-                   wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+    deploy((a.name, a.route_prefix, a.spec) for a in apps)
     return f"http://{host}:{port}"
 
 
-def wait_ready(base: str, apps: Sequence[App], timeout_s: float = 900.0) -> None:
+def wait_ready(base: str, apps: Sequence[App], timeout_s: float = 900.0, watch: AppWatch | None = None) -> None:
     """Return once every SpecAgent gateway among ``apps`` answers ``/healthz`` and every model engine
-    answers a one-token chat; TimeoutError naming the URL otherwise."""
+    answers a one-token chat; TimeoutError naming the URL otherwise, and ``AppFailed`` as soon as a
+    deployment of theirs cannot start (``watch``, by default one over ``apps``)."""
     from .engines import wait_until_serving
 
+    check = (watch or AppWatch([a.name for a in apps])).check
     for a in apps:
         prefix = a.route_prefix.rstrip("/")
         if a.spec.import_path.endswith(":build_app"):
-            wait_for_http(f"{base}{prefix}/healthz", timeout_s)
+            wait_for_http(f"{base}{prefix}/healthz", timeout_s, check)
         models = [c["model_loading_config"]["model_id"] for c in (a.spec.args or {}).get("llm_configs", [])]
         if models:
-            wait_until_serving(f"{base}{prefix}/v1", models, timeout_s)
+            wait_until_serving(f"{base}{prefix}/v1", models, timeout_s, check)
 
 
 @contextmanager
@@ -145,10 +146,12 @@ def local_cluster(profile: str, port: int, args: dict[str, Any] | None = None, n
         yield url
 
 
-def wait_for_http(url: str, timeout_s: float) -> None:
-    """Return once ``url`` answers 200; TimeoutError naming it otherwise."""
+def wait_for_http(url: str, timeout_s: float, check: Callable[[], None] = lambda: None) -> None:
+    """Return once ``url`` answers 200; TimeoutError naming it otherwise. ``check()`` runs before each
+    try, and what it raises ends the wait."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        check()
         try:
             if httpx.get(url, timeout=5).status_code == 200:
                 return
@@ -182,13 +185,19 @@ class SessionResult:
     strong_hbm_bytes: float | None = None  # the strong model's share, where the report splits HBM by role
 
 
+STALL_S = 300.0  # a session with no new event for this long has stopped making progress
+
+
 async def run_sessions(url: str, api_key: str, bodies: list[dict[str, Any]], concurrency: int,
                        on_done: Callable[[SessionResult], None] = lambda r: None,
-                       grade: bool = True) -> list[SessionResult]:
+                       grade: bool = True, guard: Callable[[], Awaitable[None]] | None = None,
+                       stall_s: float = STALL_S) -> list[SessionResult]:
     """Run every session body through the gateway, at most ``concurrency`` at a time; each one's events
     are followed over SSE to ``final``, then its graded trajectory is fetched. A session whose stream does
     not run from ``created`` to ``final``, or whose streamed commits differ from its trajectory's steps,
-    is reported with status ``stream-mismatch`` (and the difference in ``error``)."""
+    is reported with status ``stream-mismatch`` (and the difference in ``error``); one with no new event
+    for ``stall_s`` seconds, with status ``stalled`` and the last event it saw. What ``guard()`` raises
+    (``AppWatch.guard``: a deployment failed) stops every session and goes on to the caller."""
     gate = asyncio.Semaphore(concurrency)
     async with GatewayClient(url, api_key, timeout_s=900, max_connections=concurrency * 2 + 10) as client:
         async def one(body: dict[str, Any]) -> SessionResult:
@@ -196,7 +205,11 @@ async def run_sessions(url: str, api_key: str, bodies: list[dict[str, Any]], con
                 start = time.perf_counter()
                 deadline = time.monotonic() + 600  # patience with 429s
                 sid = (await client.create_when_admitted(body, lambda: time.monotonic() < deadline))["session_id"]
-                events = [e async for e in client.events(sid)]
+                events: list[dict[str, Any]] = []
+                try:
+                    await _follow(client.events(sid), events, stall_s)
+                except asyncio.TimeoutError:
+                    return _stalled(body, events, stall_s, on_done)
                 traj = await client.trajectory(sid, grade=grade)
                 strong, weak = traj["usage"]["strong"], traj["usage"]["weak"]
                 mismatch = _stream_mismatch(events, traj)
@@ -211,7 +224,47 @@ async def run_sessions(url: str, api_key: str, bodies: list[dict[str, Any]], con
                 on_done(result)
                 return result
 
-        return list(await asyncio.gather(*(one(b) for b in bodies)))
+        return await _guarded(asyncio.gather(*(one(b) for b in bodies)), guard)
+
+
+async def _follow(stream: AsyncIterator[dict[str, Any]], into: list[dict[str, Any]], stall_s: float) -> None:
+    """Append ``stream``'s events to ``into`` until it ends; TimeoutError once the next one takes over
+    ``stall_s``."""
+    events = aiter(stream)
+    try:
+        while True:
+            try:
+                into.append(await asyncio.wait_for(anext(events), stall_s))
+            except StopAsyncIteration:
+                return
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
+async def _guarded(work: Awaitable[list[SessionResult]], guard: Callable[[], Awaitable[None]] | None
+                   ) -> list[SessionResult]:
+    if guard is None:
+        return list(await work)
+    work, watching = asyncio.ensure_future(work), asyncio.ensure_future(guard())
+    try:
+        await asyncio.wait({work, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            watching.result()  # raises what the guard found
+        return list(work.result())
+    finally:
+        for task in (work, watching):
+            task.cancel()
+        await asyncio.gather(work, watching, return_exceptions=True)  # wound down, their errors retrieved
+
+
+def _stalled(body: dict[str, Any], events: list[dict[str, Any]], stall_s: float,
+             on_done: Callable[[SessionResult], None]) -> SessionResult:
+    last = events[-1].get("t") if events else "none"
+    result = SessionResult(body.get("method") or "", str(body.get("task_id")), "stalled", None,
+                           f"no progress for {stall_s:g} s (no new event; the last was {last!r}, "
+                           f"{len(events)} in all): see the server log", None, 0, len(events), 0, 0, 0, 0, stall_s)
+    on_done(result)
+    return result
 
 
 def _stream_mismatch(events: list[dict[str, Any]], traj: dict[str, Any]) -> str | None:

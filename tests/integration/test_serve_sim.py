@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 from ray import serve
 
 from specagent_ray.serve.client import GatewayClient, GatewayError
-from specagent_ray.serve.profiles import load_profile, run_profile
+from specagent_ray.serve.profiles import build, load_profile, run_profile
 from specagent_ray.serve.shards import shard_of
 from specagent_ray.serve.workload import wait_for_http
 from specagent_ray.ports import free_port
@@ -198,3 +198,35 @@ async def test_a_wrong_key_never_reaches_the_coordinator(url):
         with pytest.raises(GatewayError) as err:
             await client.stats()
     assert err.value.status == 401
+
+
+def test_a_coordinator_that_cannot_start_gets_503_within_the_patience_and_the_watch_names_it(url, tmp_path):
+    """Its session log sits under a file, so every Coordinator replica dies in its constructor. Serve
+    queues calls for such a deployment until a replica runs (forever) or, once it gives up, refuses
+    them; either way the gateway answers 503 within ``coordinator_retry_s``, and the main job's watch
+    turns Serve's status into one line with the replica's exception."""
+    from specagent_ray.serve.watch import AppFailed, AppWatch
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    doomed = load_profile("sim", {"session_log": str(blocker / "log"), "coordinators": 1, "tool_hosts": 1,
+                                  "engines": {"kind": "sim", "latency": FAST, "drafter_replicas": 1},
+                                  "gateway": {"coordinator_retry_s": 3.0}}).applications[0]
+    serve.run(build(doomed.import_path, doomed.args), name="doomed", route_prefix="/doomed", blocking=False)
+    try:
+        wait_for_http(f"{url}/doomed/healthz", 120)  # the gateway itself runs
+        for _ in range(2):  # while Serve still restarts the replica, and again later
+            begun = time.monotonic()
+            r = httpx.get(f"{url}/doomed/v1/stats", headers={"X-API-Key": KEY}, timeout=60)
+            assert r.status_code == 503 and r.headers["Retry-After"], r.text
+            assert time.monotonic() - begun < 3.0 + 2.0
+        watch, begun = AppWatch(["doomed"], every_s=0.5), time.monotonic()
+        with pytest.raises(AppFailed) as failed:
+            while time.monotonic() - begun < 60:
+                watch.check()
+                time.sleep(0.5)
+        line = str(failed.value)
+        assert "\n" not in line and "doomed" in line and "Error" in line and "/tmp/ray/" in line, line
+        assert httpx.get(f"{url}/v1/stats", headers={"X-API-Key": KEY}).status_code == 200  # the other app serves
+    finally:
+        serve.delete("doomed")

@@ -4,6 +4,7 @@ answer with the first one instead of starting a second agent on the same task.""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from specagent_ray.serve.config import GatewayConfig
 from specagent_ray.serve.gateway import make_api
+from specagent_ray.serve.handles import NoReplica, taken
 from specagent_ray.testing.gateway_server import in_process_gateway
 from specagent_ray.testing.http import serve_in_thread
 
@@ -96,3 +98,36 @@ def test_the_same_idempotency_key_returns_the_first_session_and_starts_no_second
         stream = http.get(f"/v1/sessions/{sid}/events", headers=KEY, timeout=30).text
         posted = [line for line in stream.splitlines() if '"t": "user_message"' in line]
         assert len(posted) == 1 and '"my id is 42"' in posted[0] and "my id is 43" not in stream
+
+
+class Queued:
+    """A Serve ``DeploymentResponse`` that no replica ever takes (its deployment cannot start)."""
+
+    def __init__(self):
+        self.cancelled = False
+
+    async def _fetch_future_result_async(self) -> Any:
+        await asyncio.Event().wait()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def __await__(self):
+        raise AssertionError("awaited although no replica took the call")
+
+
+async def test_a_call_that_no_replica_takes_is_given_up_and_withdrawn_after_the_patience():
+    queued = Queued()
+    begun = time.monotonic()
+    with pytest.raises(NoReplica, match="within 0.2 s"):
+        await taken(queued, 0.2)
+    assert queued.cancelled and time.monotonic() - begun < 2  # withdrawn: it can never run later
+
+
+@pytest.mark.parametrize("headers", [{}, {"Idempotency-Key": "op-1"}])
+def test_a_coordinator_that_takes_no_call_is_a_503_after_one_wait(headers):
+    flaky = Flaky(NoReplica("no replica took the call within 3 s"))
+    with serve(flaky, retry_s=3) as url:
+        r = httpx.post(url + "/v1/sessions", json=BODY, headers={**KEY, **headers}, timeout=30)
+    assert r.status_code == 503 and "no replica took the call" in r.json()["detail"] and r.headers["Retry-After"]
+    assert flaky.calls == 1  # it already waited out the patience: no second wait
