@@ -36,9 +36,15 @@ def test_the_first_command_installs_and_runs_the_main_job_with_no_gpu_or_keys():
     assert "no gpu" in first_line and "keys" in first_line
 
 
-def test_ci_runs_the_readme_test_command():
-    _, tests = _commands()
-    assert tests in (ROOT / ".ci" / "run").read_text()
+def test_ci_runs_both_readme_commands_as_written_each_in_a_fresh_venv():
+    main, tests = _commands()
+    ci = (ROOT / ".ci" / "run").read_text()
+    lines = [line for line in ci.splitlines() if not line.lstrip().startswith("#")]
+    runs = [i for i, line in enumerate(lines) if main in line or tests in line]
+    assert [main in lines[i] for i in runs] == [True, False], "the main job, then the tests, each once"
+    for i in runs:  # the venv each command makes is new: nothing left from before
+        assert any(line.startswith("rm -rf .venv") for line in lines[:i][-6:]), lines[max(0, i - 6):i + 1]
+    assert "set -euo pipefail" in ci  # a failing command fails CI
 
 
 def test_the_quick_start_states_what_the_main_job_does():
