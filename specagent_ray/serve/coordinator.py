@@ -53,13 +53,14 @@ class Coordinator:
 
     def __init__(self, cfg: AppConfig, engines: EngineClient, tool_host: ToolHostClient, store: Store,
                  env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.perf_counter,
-                 shard: int = 0):
+                 shard: int = 0, wall: Callable[[], float] = time.time):
         self.cfg = cfg
         self.shard = shard  # its index among the coordinator shards; session ids name it (shards.py)
         self.engines = engines
         self.tool_host = tool_host
         c = cfg.coordinator
-        self.log = SessionLog(store, Lease(store, c.lease_s, c.lease_skew_s), compact_min=c.compact_min)
+        # ``wall``: the clock lease records are stamped and waited out by (tests inject one to skip the wait)
+        self.log = SessionLog(store, Lease(store, c.lease_s, c.lease_skew_s, wall=wall), compact_min=c.compact_min)
         self.log.on_fenced = self._fence
         self.fenced: str | None = None
         self.recovery = Recovery(c.retain_finished)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -68,10 +69,26 @@ def keyed_call(call, key) -> bool:
     return key is not None
 
 
+class Wall:
+    """The wall clock the coordinators' lease is stamped and waited out by. A crash moves it past the
+    lease (``lapse``): the successor then finds the lease expired, as it would after waiting it out for
+    real, since the crashed coordinator's store connection is cut first and it never renews again."""
+
+    def __init__(self):
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def lapse(self) -> None:
+        self.offset += CFG.coordinator.lease_s + CFG.coordinator.lease_skew_s
+
+
 async def serve(tmp_path, store_fault: tuple[int, str] | None = None, tool_fault: tuple[int, str] | None = None,
                 store_ops=every_store_op, tool_calls=lambda call, key: True, tasks=WRITING_TASKS) -> Outcome:
     """Serve the sessions; right after the fault (if the sessions are still running) crash the
     coordinator and the tool host, and resume on a new coordinator over two new tool host shards."""
+    wall = Wall()
     base = LocalStore(tmp_path / "log")
     store = FaultyStore(base, *(store_fault or (None,)), counts=store_ops)
     hosts = [ToolHost(CFG.tool_sources, store)]
@@ -82,8 +99,8 @@ async def serve(tmp_path, store_fault: tuple[int, str] | None = None, tool_fault
         for _ in range(5):  # a fault during start (replay, the opening snapshot) fails it: start again
             view = Severable(store)  # this coordinator's own connection to the store
             c = Coordinator(CFG, SimEngineClient(Local(drafter), Local(verifier), CFG.engines, CFG.coordinator),
-                            tool_host, view)
-            c.view = view  # type: ignore[attr-defined]
+                            tool_host, view, wall=wall)
+            c.view, c.wall = view, wall  # type: ignore[attr-defined]
             try:
                 await c.start()
                 return c
@@ -138,6 +155,7 @@ def crash(coord: Coordinator) -> None:
     for task in (coord.commits.flusher, coord.log._renewer, *(s.runner for s in coord.sessions.values())):
         if task is not None:
             task.cancel()
+    coord.wall.lapse()  # type: ignore[attr-defined]
 
 
 def all_records(store: LocalStore) -> dict[str, list[dict]]:

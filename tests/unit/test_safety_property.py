@@ -11,6 +11,7 @@ and of a BFCL case (its reviewed READ/WRITE table and its function docs).
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
 
@@ -60,8 +61,10 @@ BFCL = {
 }
 
 
+@functools.cache
 def world(name: str):
-    """(action kinds, validator, classify) of a tool table."""
+    """(action kinds, validator, classify) of a tool table, built once: a validator checks its schemas
+    when it is built, which costs more than the example it serves."""
     if name == "telecom":
         from specagent_ray.tools.tau2 import Tau2Domain
 
