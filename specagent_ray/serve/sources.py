@@ -3,8 +3,10 @@ and the tool catalog a session gets.
 
 Guarantees: a request names only a configured source (the client never picks a command or a URL) and
 only a method the profile serves (403 otherwise: a client cannot switch write verification off); a
-source's tool catalog is described once and cached; an MCP source that is down, or a source whose
-package or command is not installed here, answers 409.
+tau2 source's tool catalog is built once and cached; an MCP source's is described again for each new
+session (the tool host answers from memory) and replaced only when its server came back with other
+tools, so a running session keeps the catalog it began with; an MCP source that is down, or a source
+whose package or command is not installed here, answers 409.
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ class ToolSources:
         return await asyncio.to_thread(Tau2Domain.load, name)
 
     async def catalog(self, req: CreateSession, source) -> Catalog:
-        """The session's tools: the client's own (client sources), else the source's, described once."""
+        """The session's tools: the client's own (client sources), else the source's (see the module doc)."""
         if isinstance(source, ClientSource):
             from ..tools.mcp import effect_of
 
@@ -151,7 +153,7 @@ class ToolSources:
             tools = load_cases(source.category)[req.task_id].tools(typed=False)  # type: ignore[index]
             return Catalog(tools, {n: effect(n) for n in tools})
         cached = self._catalogs.get(req.tool_source)
-        if cached is None:
+        if cached is None or isinstance(source, McpSource):
             if isinstance(source, Tau2Source):
                 d = await self.domain(source.domain)
                 cached = Catalog(d.tool_schemas, {n: d.effect(n) for n in d.tool_schemas}, d.policy)
@@ -162,7 +164,9 @@ class ToolSources:
                 except Exception as exc:  # noqa: BLE001 - the server is configured but down
                     log.warning("tool source %r cannot describe its tools: %s", req.tool_source, exc)
                     raise Conflict(f"tool source {req.tool_source!r} is unavailable; try again later") from None
-                cached = Catalog({n: t["parameters"] for n, t in tools.items()},
-                                 {n: Effect(t["effect"]) for n, t in tools.items()})
+                schemas = {n: t["parameters"] for n, t in tools.items()}
+                effects = {n: Effect(t["effect"]) for n, t in tools.items()}
+                if cached is None or (cached.schemas, cached.effects) != (schemas, effects):
+                    cached = Catalog(schemas, effects)  # a new object: running sessions keep the one they have
             self._catalogs[req.tool_source] = cached
         return cached

@@ -47,7 +47,9 @@ class ToolHost:
     """Guarantees: a keyed call runs at most once per key, also when the same key arrives again while
     the first is still running, and (with a ``store``) across restarts of this host and changes of the
     shard count; a key reused for another call is refused; a write whose epoch is older than the newest
-    seen is refused; unkeyed calls (reads) run every time. Without a store the record is in memory only."""
+    seen is refused; unkeyed calls (reads) run every time. Without a store the record is in memory only.
+    A keyed MCP call whose server is lost is never sent again: it answers an error observation, which says
+    the outcome is unknown if the call had left (see ``McpToolbox``)."""
 
     def __init__(self, sources: Mapping[str, ToolSource], store: Store | None = None):
         self.sources = dict(sources)
@@ -143,8 +145,7 @@ class ToolHost:
         if isinstance(spec, BfclSource):
             return await self._bfcl(source, spec, session_id, task_id).execute(call)
         if isinstance(spec, McpSource):
-            box = await self._toolbox(source, spec)
-            return await box.call(call, key)  # the key travels in the request's _meta
+            return await self._mcp_call(source, spec, call, key)
         raise UnknownSource(f"tool source {source!r} runs on the client, not on the tool host")
 
     def _tau2(self, name: str, spec: Tau2Source, session_id: str, task_id: str | None) -> Any:
@@ -167,6 +168,22 @@ class ToolHost:
                 raise UnknownSource(f"tool source {name!r} has no BFCL case {task_id!r}")
             env = self._envs[(name, session_id)] = BfclTools(cases[task_id])
         return env
+
+    async def _mcp_call(self, source: str, spec: McpSource, call: ToolCall, key: str | None) -> Observation:
+        """A keyed call (a staged write) whose server is lost answers an error observation instead of
+        raising, so that it becomes the key's one result: the session records it, and a repeat of the key
+        gets it back. It says the outcome is unknown once the call has left, and that nothing ran before."""
+        from ..tools.mcp import McpOutcomeUnknown, McpUnavailable
+
+        try:
+            box = await self._toolbox(source, spec)
+            return await box.call(call, key)  # the key travels in the request's _meta
+        except McpUnavailable as exc:
+            if key is None:
+                raise  # unkeyed: the caller sees the failure (the protocol makes it an error observation)
+            if isinstance(exc, McpOutcomeUnknown):
+                return unknown_outcome(key, str(exc))
+            return Observation(f"Error: write not run ({exc}); key {key} is not run again", error=True)
 
     async def _toolbox(self, name: str, spec: McpSource) -> Any:
         async with self._mcp_lock:

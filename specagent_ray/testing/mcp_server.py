@@ -8,13 +8,27 @@ Run it over stdio (the default) or streamable HTTP on ``127.0.0.1:PORT/mcp``::
 
 State lives in memory and dies with the process. ``transfer_count`` reports how many times
 ``transfer`` ran, so a test can count writes on the tool side instead of trusting the client.
+
+For tests that kill the server and start it again (the state above dies with it):
+
+- ``--journal PATH`` appends one JSON line per tool call, as it begins: ``{"pid", "name", "arguments",
+  "key"}`` (``key``: the call's idempotency key, or null). The file outlives the process, so a test
+  counts the executions of a write across restarts;
+- ``--hold PATH`` makes every tool call, once journaled, wait while PATH exists: a call stays in flight
+  until the test removes the file (or kills the process);
+- ``--v2-if PATH``: when PATH exists as the server starts, it serves another catalog: ``fail`` is gone,
+  and ``get_balance`` has lost its read-only annotation.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+from pathlib import Path
 from typing import Any
 
+import anyio
 from mcp.server.context import (
     CallNext,
     HandlerResult,
@@ -32,16 +46,20 @@ DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
 RATES = {"EUR": 0.92, "GBP": 0.79, "JPY": 151.3}
 
 
-def build_server(page_size: int | None = None) -> MCPServer:
-    """A fresh server with its own balances and transfer counter; ``page_size`` paginates tools/list."""
+def build_server(page_size: int | None = None, journal: Path | None = None, hold: Path | None = None,
+                 v2: bool = False) -> MCPServer:
+    """A fresh server with its own balances and transfer counter; ``page_size`` paginates tools/list;
+    ``journal``, ``hold`` and ``v2`` are the module doc's ``--journal``, ``--hold`` and ``--v2-if``."""
     # WARNING keeps per-call INFO lines off stderr; in stdio mode nothing may ever go to stdout.
     mcp = MCPServer("specagent-test-bank", log_level="WARNING")
     if page_size is not None:
         mcp.middleware.append(paginate_tools(page_size))
+    if journal is not None or hold is not None:
+        mcp.middleware.append(journal_calls(journal, hold))
     balances = {"alice": 100, "bob": 50}
     transfers = 0
 
-    @mcp.tool(annotations=READ_ONLY)
+    @mcp.tool(annotations=None if v2 else READ_ONLY)
     def get_balance(account: str) -> int:
         """The balance of an account."""
         if account not in balances:
@@ -70,10 +88,12 @@ def build_server(page_size: int | None = None) -> MCPServer:
             raise ToolError(f"unknown currency: {currency}")
         return RATES[currency]
 
-    @mcp.tool(annotations=READ_ONLY)
     def fail(reason: str) -> str:
         """Always fails with ``reason`` as a tool error (isError), never a protocol error."""
         raise ToolError(reason)
+
+    if not v2:
+        mcp.tool(annotations=READ_ONLY)(fail)
 
     @mcp.tool(annotations=READ_ONLY)
     def transfer_count() -> int:
@@ -104,12 +124,33 @@ def paginate_tools(page_size: int) -> ServerMiddleware[Any]:
     return middleware
 
 
+def journal_calls(journal: Path | None, hold: Path | None) -> ServerMiddleware[Any]:
+    """Middleware that journals each tools/call as it begins, then holds it while ``hold`` exists."""
+
+    async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "tools/call":
+            params = ctx.params or {}
+            if journal is not None:
+                entry = {"pid": os.getpid(), "name": params.get("name"), "arguments": params.get("arguments"),
+                         "key": (params.get("_meta") or {}).get(IDEMPOTENCY_META)}
+                with journal.open("a") as out:  # one short append per line: lines never interleave
+                    out.write(json.dumps(entry) + "\n")
+            while hold is not None and hold.exists():
+                await anyio.sleep(0.01)
+        return await call_next(ctx)
+
+    return middleware
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT/mcp")
     parser.add_argument("--page-size", type=int, help="list tools in pages of this size")
+    parser.add_argument("--journal", type=Path, help="append one JSON line per tool call to this file")
+    parser.add_argument("--hold", type=Path, help="tool calls wait while this file exists")
+    parser.add_argument("--v2-if", type=Path, metavar="PATH", help="serve the second catalog if PATH exists")
     args = parser.parse_args(argv)
-    server = build_server(args.page_size)
+    server = build_server(args.page_size, args.journal, args.hold, args.v2_if is not None and args.v2_if.exists())
     if args.http is None:
         server.run("stdio")
     else:
