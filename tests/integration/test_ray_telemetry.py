@@ -24,7 +24,7 @@ from specagent_ray.protocol import (  # noqa: E402
 from specagent_ray.telemetry.tracing import OtelSpans, attached, carrier, make_provider  # noqa: E402
 from specagent_ray.tools.scripted import InMemoryTools, ToolSpec, object_schema  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
 def test_ray_is_installed_by_the_dev_extra():

@@ -28,14 +28,17 @@ from specagent_ray.ports import free_port
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 KEY = "dev-key"
 LEASE_S = 2.0
-# Slow enough that sessions outlive green's deployment (tens of seconds on 2 cores).
+# Blue's engines: slow enough that sessions outlive green's deployment (tens of seconds on 2 cores).
+# Green's finish what they resume quickly: the engines' speed is not what is tested.
 SLOW = {"draft_base_s": 1.0, "draft_per_request_s": 0.0, "verify_base_s": 6.0, "verify_per_request_s": 0.0,
         "step_base_s": 6.0}
+FAST = {"draft_base_s": 0.01, "draft_per_request_s": 0.0, "verify_base_s": 0.05, "verify_per_request_s": 0.0,
+        "step_base_s": 0.05}
 SESSIONS = 12
 
 
-def app_args(log: str) -> dict:
-    profile = load_profile("sim", {"session_log": log, "engines": {"kind": "sim", "latency": SLOW},
+def app_args(log: str, latency: dict) -> dict:
+    profile = load_profile("sim", {"session_log": log, "engines": {"kind": "sim", "latency": latency},
                                    "coordinator": {"lease_s": LEASE_S, "lease_skew_s": 0.2}, "coordinators": 1})
     return profile.applications[0].args
 
@@ -53,8 +56,8 @@ def cluster(tmp_path_factory):
         ray.shutdown()
 
 
-def deploy(name: str, base: str, log: str) -> str:
-    serve.run(build_app(app_args(log)), name=name, route_prefix=f"/{name}", blocking=False)
+def deploy(name: str, base: str, log: str, latency: dict) -> str:
+    serve.run(build_app(app_args(log, latency)), name=name, route_prefix=f"/{name}", blocking=False)
     url = f"{base}/{name}"
     wait_for_http(f"{url}/healthz", 300)
     return url
@@ -80,7 +83,7 @@ async def follow(client: GatewayClient, sid: str) -> list[dict]:
 
 async def test_blue_green_on_one_log_fences_blue_and_runs_no_write_twice(cluster):
     base, log = cluster
-    blue_url = await asyncio.to_thread(deploy, "blue", base, log)
+    blue_url = await asyncio.to_thread(deploy, "blue", base, log, SLOW)
     async with GatewayClient(blue_url, KEY) as blue:
         created = await asyncio.gather(*(blue.create(tool_source="airline", task_id=str(t), user="simulated",
                                                      trial=i)
@@ -88,7 +91,7 @@ async def test_blue_green_on_one_log_fences_blue_and_runs_no_write_twice(cluster
         sids = [c["session_id"] for c in created]
         followers = asyncio.gather(*(follow(blue, s) for s in sids))
         await asyncio.sleep(1)  # blue is mid-run when green starts
-        green_url = await asyncio.to_thread(deploy, "green", base, log)
+        green_url = await asyncio.to_thread(deploy, "green", base, log, FAST)
         green_ready = time.monotonic()
         seen_on_blue = await asyncio.wait_for(followers, 120)
         blue_stats = await blue.stats()
