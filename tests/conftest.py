@@ -1,10 +1,10 @@
-"""Suite-wide test setup: the README's test command runs on both cores (``-n 2``, pyproject's addopts).
+"""Suite-wide test setup: the README's test command runs on three xdist workers (pyproject's addopts).
 
 Every test module that starts Ray (its tests carry the marker ``cluster`` or ``engines``) is listed in
 ``RAY_MODULES``. Under xdist their tests form one unit of work, which one worker runs one test after
 another: two local Ray clusters at once would fight over 2 cores, ports and ``/tmp/ray``, and a module's
-cluster fixture starts once. The other worker runs every other test meanwhile; many of them wait more
-than they compute. xdist's own ``--dist loadgroup`` would do this from ``xdist_group`` marks, but its
+cluster fixture starts once. The other workers run every other module meanwhile, each whole; many of
+their tests wait more than they compute. xdist's own ``--dist loadgroup`` would do this from ``xdist_group`` marks, but its
 3.8 release cannot rename node ids under pytest 9, so the grouping is by module path here, which the
 controller (it collects nothing) can see. A test that starts Ray in a module not listed fails, saying so.
 """
@@ -21,8 +21,10 @@ RAY = "ray"
 
 
 def scope_of(nodeid: str) -> str:
-    """The unit of work a test belongs to: every test of a Ray module is one; any other test its own."""
-    return RAY if nodeid.split("::", 1)[0] in RAY_MODULES else nodeid
+    """The unit of work a test belongs to: every test of a Ray module is one; any other module is one (its
+    module fixtures, Checkov's scan for one, then run once, not once per worker)."""
+    module = nodeid.split("::", 1)[0]
+    return RAY if module in RAY_MODULES else module
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):

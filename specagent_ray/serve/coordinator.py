@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 class Coordinator:
     """Guarantees: a session's committed steps are in the log before clients see them; a staged write
     runs at most once (intent before, result after, one idempotency key); a failed engine or tool never
-    crashes the coordinator, it fails (or re-drafts) one session with a reason."""
+    crashes the coordinator, it fails (or re-drafts) one session with a reason. ``wall``: its lease's clock."""
 
     def __init__(self, cfg: AppConfig, engines: EngineClient, tool_host: ToolHostClient, store: Store,
                  env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.perf_counter,
@@ -59,7 +59,6 @@ class Coordinator:
         self.engines = engines
         self.tool_host = tool_host
         c = cfg.coordinator
-        # ``wall``: the clock lease records are stamped and waited out by (tests inject one to skip the wait)
         self.log = SessionLog(store, Lease(store, c.lease_s, c.lease_skew_s, wall=wall), compact_min=c.compact_min)
         self.log.on_fenced = self._fence
         self.fenced: str | None = None

@@ -164,3 +164,18 @@ async def _late(run: Callable[[], Any], delay_s: float) -> None:
         await run()
     except Exception:  # noqa: BLE001
         pass
+
+
+class LeaseWall:
+    """A wall clock for coordinators' leases (``Coordinator(wall=...)``) that a test moves past a crashed
+    coordinator's lease (``lapse``) instead of waiting it out. Equivalent to waiting only once the
+    crashed coordinator can neither renew nor write: cut its store connection first."""
+
+    def __init__(self, lease_s: float, skew_s: float):
+        self.step, self.offset = lease_s + skew_s, 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def lapse(self) -> None:
+        self.offset += self.step

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -35,7 +34,7 @@ from specagent_ray.serve.session_log import SessionLog
 from specagent_ray.serve.sim_engine import SimEngine
 from specagent_ray.serve.tool_host import ShardedToolHost, ToolHost
 from specagent_ray.storage import LocalStore
-from specagent_ray.testing.faults import FAULTS, FaultyStore, FaultyToolHost, Severable
+from specagent_ray.testing.faults import FAULTS, FaultyStore, FaultyToolHost, LeaseWall, Severable
 
 pytestmark = pytest.mark.faults
 FAST = LatencyModel(draft_base_s=0.001, draft_per_request_s=0, verify_base_s=0.002, verify_per_request_s=0,
@@ -69,26 +68,11 @@ def keyed_call(call, key) -> bool:
     return key is not None
 
 
-class Wall:
-    """The wall clock the coordinators' lease is stamped and waited out by. A crash moves it past the
-    lease (``lapse``): the successor then finds the lease expired, as it would after waiting it out for
-    real, since the crashed coordinator's store connection is cut first and it never renews again."""
-
-    def __init__(self):
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
-
-    def lapse(self) -> None:
-        self.offset += CFG.coordinator.lease_s + CFG.coordinator.lease_skew_s
-
-
 async def serve(tmp_path, store_fault: tuple[int, str] | None = None, tool_fault: tuple[int, str] | None = None,
                 store_ops=every_store_op, tool_calls=lambda call, key: True, tasks=WRITING_TASKS) -> Outcome:
     """Serve the sessions; right after the fault (if the sessions are still running) crash the
     coordinator and the tool host, and resume on a new coordinator over two new tool host shards."""
-    wall = Wall()
+    wall = LeaseWall(CFG.coordinator.lease_s, CFG.coordinator.lease_skew_s)
     base = LocalStore(tmp_path / "log")
     store = FaultyStore(base, *(store_fault or (None,)), counts=store_ops)
     hosts = [ToolHost(CFG.tool_sources, store)]

@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 from ray import serve
 
 from specagent_ray.serve.client import GatewayClient, GatewayError
-from specagent_ray.serve.profiles import build, load_profile, run_profile
+from specagent_ray.serve.profiles import deploy, load_profile, run_profile
 from specagent_ray.serve.shards import shard_of
 from specagent_ray.serve.workload import wait_for_http
 from specagent_ray.ports import free_port
@@ -30,7 +30,7 @@ METRICS_PORT = free_port()
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
     log = tmp_path_factory.mktemp("session-log")
-    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False,  # logical: room for two apps
              _metrics_export_port=METRICS_PORT, _system_config={"metrics_report_interval_ms": 500})
     try:
         profile = load_profile("sim", {"session_log": str(log), "engines": {"kind": "sim", "latency": FAST},
@@ -212,7 +212,7 @@ def test_a_coordinator_that_cannot_start_gets_503_within_the_patience_and_the_wa
     doomed = load_profile("sim", {"session_log": str(blocker / "log"), "coordinators": 1, "tool_hosts": 1,
                                   "engines": {"kind": "sim", "latency": FAST, "drafter_replicas": 1},
                                   "gateway": {"coordinator_retry_s": 3.0}}).applications[0]
-    serve.run(build(doomed.import_path, doomed.args), name="doomed", route_prefix="/doomed", blocking=False)
+    deploy([("doomed", "/doomed", doomed)])  # Serve's own wait would end only once it gave up
     try:
         wait_for_http(f"{url}/doomed/healthz", 120)  # the gateway itself runs
         for _ in range(2):  # while Serve still restarts the replica, and again later

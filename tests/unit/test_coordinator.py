@@ -28,6 +28,7 @@ from specagent_ray.serve.tool_host import ShardedToolHost, ToolHost
 from specagent_ray.storage.base import StoreError
 from specagent_ray.storage.local import LocalStore
 from specagent_ray.telemetry.resources import report_from_ledger
+from specagent_ray.testing.faults import LeaseWall
 from specagent_ray.tools.bfcl import load_cases
 
 FAST = LatencyModel(draft_base_s=0.001, draft_per_request_s=0, verify_base_s=0.002, verify_per_request_s=0,
@@ -54,12 +55,13 @@ class Cluster:
         self.verifier = SimEngine("verifier", cfg.engines)
         self.hosts = [ToolHost(cfg.tool_sources, self.store) for _ in range(tool_hosts)]
         self.tools = self.hosts[0]
+        self.wall = LeaseWall(cfg.coordinator.lease_s, cfg.coordinator.lease_skew_s)
         self.coordinator = self._new()
 
     def _new(self) -> Coordinator:
         engines = SimEngineClient(Local(self.drafter), Local(self.verifier), self.cfg.engines, self.cfg.coordinator)
         tools = ShardedToolHost([Local(h) for h in self.hosts]) if len(self.hosts) > 1 else Local(self.tools)
-        return Coordinator(self.cfg, engines, tools, self.store)
+        return Coordinator(self.cfg, engines, tools, self.store, wall=self.wall)
 
     async def crash_and_restart(self) -> Coordinator:
         old = self.coordinator
@@ -69,6 +71,7 @@ class Cluster:
             if s.runner is not None:
                 s.runner.cancel()
         await asyncio.sleep(0.3)  # a disk write already under way in a thread completes, as it would
+        self.wall.lapse()  # the successor finds the lease run out, as it would after waiting it out
         self.coordinator = self._new()
         await self.coordinator.start()
         return self.coordinator
