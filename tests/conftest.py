@@ -4,9 +4,10 @@ Every test module that starts Ray (its tests carry the marker ``cluster`` or ``e
 ``RAY_MODULES``. Under xdist their tests form one unit of work, which one worker runs one test after
 another: two local Ray clusters at once would fight over 2 cores, ports and ``/tmp/ray``, and a module's
 cluster fixture starts once. The other workers run every other module meanwhile, each whole; many of
-their tests wait more than they compute. xdist's own ``--dist loadgroup`` would do this from ``xdist_group`` marks, but its
-3.8 release cannot rename node ids under pytest 9, so the grouping is by module path here, which the
-controller (it collects nothing) can see. A test that starts Ray in a module not listed fails, saying so.
+their tests wait more than they compute. xdist's own ``--dist loadgroup`` would do this from
+``xdist_group`` marks, but its 3.8 release cannot rename node ids under pytest 9, so the grouping is by
+module path here, which the controller (it collects nothing) can see. A test that starts Ray in a module
+not listed fails, saying so.
 """
 
 from __future__ import annotations
