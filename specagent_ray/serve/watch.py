@@ -76,6 +76,20 @@ class AppWatch:
         if str(getattr(app.status, "value", app.status)) == "DEPLOY_FAILED":
             raise AppFailed(f"application {name!r} failed to deploy: {reason(app.message)} (logs: {LOGS})")
 
+    def wait_running(self, timeout_s: float, poll_s: float = 0.5) -> None:
+        """Return once every application among ``apps`` is RUNNING (each deployment's replicas started:
+        the coordinators have replayed their logs); ``AppFailed`` as ``check()`` says, TimeoutError after
+        ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check()
+            applications = self.status().applications
+            if all(str(getattr(applications[n].status, "value", applications[n].status)) == "RUNNING"
+                   for n in self.apps if n in applications):
+                return
+            time.sleep(poll_s)
+        raise TimeoutError(f"applications {', '.join(self.apps)} not RUNNING after {timeout_s:.0f}s")
+
     async def guard(self) -> None:
         """Return never; raise ``AppFailed`` once ``check()`` does (it runs in a thread: it calls Ray)."""
         while True:

@@ -122,14 +122,15 @@ def wait_ready(base: str, apps: Sequence[App], timeout_s: float = 900.0, watch: 
     deployment of theirs cannot start (``watch``, by default one over ``apps``)."""
     from .engines import wait_until_serving
 
-    check = (watch or AppWatch([a.name for a in apps])).check
+    watch = watch or AppWatch([a.name for a in apps])
     for a in apps:
         prefix = a.route_prefix.rstrip("/")
         if a.spec.import_path.endswith(":build_app"):
-            wait_for_http(f"{base}{prefix}/healthz", timeout_s, check)
+            wait_for_http(f"{base}{prefix}/healthz", timeout_s, watch.check)
+            AppWatch([a.name], watch.status).wait_running(timeout_s)  # its coordinators run, not only the gateway
         models = [c["model_loading_config"]["model_id"] for c in (a.spec.args or {}).get("llm_configs", [])]
         if models:
-            wait_until_serving(f"{base}{prefix}/v1", models, timeout_s, check)
+            wait_until_serving(f"{base}{prefix}/v1", models, timeout_s, watch.check)
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from ray import serve
 from specagent_ray.serve.client import GatewayClient, GatewayError
 from specagent_ray.serve.profiles import deploy, load_profile, run_profile
 from specagent_ray.serve.shards import shard_of
-from specagent_ray.serve.workload import wait_for_http
+from specagent_ray.serve.workload import apps_of, wait_for_http, wait_ready
 from specagent_ray.ports import free_port
 from specagent_ray.testing.prometheus import samples, scrape
 
@@ -36,7 +36,7 @@ def url(tmp_path_factory):
         profile = load_profile("sim", {"session_log": str(log), "engines": {"kind": "sim", "latency": FAST},
                                        "coordinator": {"max_sessions": 400}})
         base = run_profile(profile, port=free_port())
-        wait_for_http(f"{base}/healthz", 120)
+        wait_ready(base, apps_of(profile), 300)
         yield base
     finally:
         serve.shutdown()

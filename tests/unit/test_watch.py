@@ -114,3 +114,18 @@ def test_a_failed_deployment_stops_the_sessions_and_reaches_the_caller(tmp_path)
         with pytest.raises(AppFailed, match="boom"):
             asyncio.run(run_sessions(url, "dev-key", [BODY, {**BODY, "task_id": "1"}], concurrency=2, guard=guard))
         assert time.monotonic() - begun < 5
+
+
+def test_waiting_for_running_ends_when_serve_says_so_or_when_it_fails():
+    seen = iter([status("DEPLOYING", Coordinator="UPDATING"), status("DEPLOYING", Coordinator="UPDATING"),
+                 status("RUNNING", Coordinator="HEALTHY")])
+    now = {"s": next(seen)}
+
+    def ask():
+        current, now["s"] = now["s"], next(seen, now["s"])
+        return current
+    AppWatch(["sim"], ask, every_s=0).wait_running(10, poll_s=0)
+    with pytest.raises(AppFailed, match="DEPLOY_FAILED"):
+        AppWatch(["sim"], lambda: status("DEPLOYING", Coordinator="DEPLOY_FAILED"), every_s=0).wait_running(10, 0)
+    with pytest.raises(TimeoutError, match="not RUNNING"):
+        AppWatch(["sim"], lambda: status("DEPLOYING", Coordinator="UPDATING"), every_s=0).wait_running(0.2, 0.05)
