@@ -29,6 +29,11 @@ def serve_status() -> Any:
     return serve.status()
 
 
+def state(overview: Any) -> str:
+    """An application's or deployment's status name (Serve gives an enum; tests give its name)."""
+    return str(getattr(overview.status, "value", overview.status))
+
+
 def reason(message: str) -> str:
     """The replica's exception in a Serve status message (the last ``SomeError: ...`` line of its
     traceback), or the message's last line; at most 300 characters."""
@@ -64,7 +69,7 @@ class AppWatch:
 
     def _check_app(self, name: str, app: Any, now: float) -> None:
         for deployment, d in app.deployments.items():
-            status, key = str(getattr(d.status, "value", d.status)), (name, deployment)
+            status, key = state(d), (name, deployment)
             if status == "UNHEALTHY":
                 failed = now - self._unhealthy_since.setdefault(key, now) >= self.unhealthy_s
             else:
@@ -73,7 +78,7 @@ class AppWatch:
             if failed:
                 raise AppFailed(f"deployment {deployment} of application {name!r} is {status}: "
                                 f"{reason(d.message)} (replica logs: {LOGS})")
-        if str(getattr(app.status, "value", app.status)) == "DEPLOY_FAILED":
+        if state(app) == "DEPLOY_FAILED":
             raise AppFailed(f"application {name!r} failed to deploy: {reason(app.message)} (logs: {LOGS})")
 
     def wait_running(self, timeout_s: float, poll_s: float = 0.5) -> None:
@@ -84,8 +89,7 @@ class AppWatch:
         while time.monotonic() < deadline:
             self.check()
             applications = self.status().applications
-            if all(str(getattr(applications[n].status, "value", applications[n].status)) == "RUNNING"
-                   for n in self.apps if n in applications):
+            if all(state(applications[n]) == "RUNNING" for n in self.apps if n in applications):
                 return
             time.sleep(poll_s)
         raise TimeoutError(f"applications {', '.join(self.apps)} not RUNNING after {timeout_s:.0f}s")
