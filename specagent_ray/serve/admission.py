@@ -9,9 +9,10 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from .config import CoordinatorConfig
 from .errors import Conflict, Overloaded
@@ -26,6 +27,7 @@ class Admission:
         self.running: dict[str, str] = {}  # session id -> owner
         self._per_owner: Counter[str] = Counter()  # running + admitting, by owner
         self._admitting = 0
+        self._finished: deque[str] = deque()  # finished sessions in memory, the oldest first
         self._keys: dict[tuple[str, str], str | None] = {}  # (owner, Idempotency-Key) -> session (None: creating)
 
     def __len__(self) -> int:
@@ -94,3 +96,13 @@ class Admission:
         """The session left memory: its key is no longer answered from here."""
         if key is not None and self._keys.get((owner, key)) == sid:
             del self._keys[(owner, key)]
+
+    def retire(self, sessions: dict[str, Any], sid: str) -> None:
+        """Session ``sid`` finished: keep the newest ``retain_finished`` finished ``sessions`` in memory
+        and drop the older ones (their records stay in the log), with their create keys."""
+        self.ended(sid)
+        self._finished.append(sid)
+        while len(self._finished) > self.cfg.retain_finished:
+            old = sessions.pop(self._finished.popleft(), None)
+            if old is not None:
+                self.forget(old.id, old.owner, old.idempotency_key)

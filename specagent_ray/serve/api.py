@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from ..protocol.baselines import METHODS
 from ..tools.schema import check_client_schema
-from .config import BENCHMARKS, AppConfig, BfclSource, ClientSource, SimEngines
+from .config import BENCHMARKS, AppConfig, BfclSource, ClientSource, OpenAIEngines, SimEngines
 
 UserKind = Literal["client", "simulated", "tau2"]
 
@@ -55,6 +55,23 @@ class ClientTool(Body):
         return v
 
 
+ToolName = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
+
+
+class Approval(Body):
+    """Which writes, once the verifier accepted them, also wait for the client's approval (an
+    ``approval_request`` event; ``POST .../approvals``). A human approval is added to the verifier's,
+    never instead of it: reads and rejected writes never wait for one."""
+
+    tools: list[Annotated[str, ToolName]] | None = Field(None, max_length=128,
+                                                         description="these tools' writes; every write if null")
+    exempt: list[Annotated[str, ToolName]] = Field(default_factory=list, max_length=128,
+                                                   description="writes of these tools never wait")
+
+    def needed(self, tool: str) -> bool:
+        return (self.tools is None or tool in self.tools) and tool not in self.exempt
+
+
 class CreateSession(Body):
     """A new agent session. ``tool_source`` names a source configured on the server; the client can
     never make the server start a command or reach a URL of its choosing."""
@@ -72,6 +89,11 @@ class CreateSession(Body):
     review_messages: StrictBool = False
     trial: int = Field(0, ge=0, le=1_000_000, description="seed of simulated engines")
     client_tools: list[ClientTool] = Field(default_factory=list, max_length=128)
+    instructions: str | None = Field(None, max_length=20000, description="the agent's role and policy: the "
+                                     "system prompt's first paragraph (the profile's default role if omitted)")
+    allowed_tools: list[Annotated[str, ToolName]] | None = Field(None, max_length=128, description="narrows the "
+                                                                 "source's tools to these (400 for one it lacks)")
+    approval: Approval | None = Field(None, description="writes that also wait for the client's approval")
 
     _integers = field_validator("k", "max_steps", "trial", mode="before")(json_integer)
 
@@ -137,8 +159,8 @@ def refusal(cfg: AppConfig, source: Any, user: str) -> str | None:
             return f"a {source.kind} session needs user 'client' and an opening message"
     if user == "simulated" and not sim:
         return "user 'simulated' (the scripted tau2 customer) needs simulated engines; use 'tau2'"
-    if user == "tau2" and sim:
-        return "user 'tau2' (tau2's LLM user simulator) needs model engines; use 'simulated'"
+    if user == "tau2" and not isinstance(cfg.engines, OpenAIEngines):
+        return "user 'tau2' (tau2's LLM user simulator) needs model engines" + ("; use 'simulated'" if sim else "")
     if user == "tau2" and isinstance(source, BfclSource):
         return "BFCL cases have no LLM user; use 'simulated' (sim engines) or 'client'"
     return None

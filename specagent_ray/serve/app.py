@@ -23,7 +23,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from .config import AppConfig, SimEngines
+from .config import AppConfig, ScriptedEngines, SimEngines
 
 BUSY = 100_000  # long-polling event streams hold requests open; the coordinator must not queue them
 # Inner deployments answer several calls per committed step; an access-log line for each costs CPU and
@@ -113,6 +113,15 @@ class CoordinatorDeployment:
     async def post_tool_result(self, sid: str, body: Any, **kw: Any) -> Any:
         return await self.coordinator.post_tool_result(sid, body, **kw)
 
+    async def respond(self, sid: str, body: Any, **kw: Any) -> Any:
+        return await self.coordinator.respond(sid, body, **kw)
+
+    async def post_approval(self, sid: str, body: Any, **kw: Any) -> Any:
+        return await self.coordinator.post_approval(sid, body, **kw)
+
+    async def delete(self, sid: str, **kw: Any) -> Any:
+        return await self.coordinator.delete(sid, **kw)
+
     async def events(self, sid: str, after: int, wait_s: float, **kw: Any) -> Any:
         return await self.coordinator.events(sid, after, wait_s, **kw)
 
@@ -135,6 +144,10 @@ def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: Depl
     if isinstance(config.engines, SimEngines):
         assert drafter is not None and verifier is not None
         return SimEngineClient(Served(drafter), Served(verifier), config.engines, config.coordinator)
+    if isinstance(config.engines, ScriptedEngines):
+        from ..models.plan import PlanEngineClient
+
+        return PlanEngineClient()
     return OpenAIEngineClient(config.engines, config.coordinator, dict(os.environ))
 
 
@@ -143,9 +156,11 @@ def _gateway_class(cfg: dict[str, Any]):
     and the OpenAPI schema; the coordinator handle and the API keys arrive in the replica."""
     from .api import Offer
     from .gateway import api_keys, make_api, operator_keys, serve_with, served_call, served_keys, served_operators
+    from .responses import Terms
 
     config = AppConfig.model_validate(cfg)
-    api = make_api(served_call, config.gateway, served_keys, served_operators, offer=Offer.of(config))
+    api = make_api(served_call, config.gateway, served_keys, served_operators, offer=Offer.of(config),
+                   terms=Terms.of(config))
 
     @serve.deployment(name="Gateway", max_ongoing_requests=BUSY)
     @serve.ingress(api)

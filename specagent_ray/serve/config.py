@@ -67,7 +67,14 @@ class OpenAIEngines(Strict):
     observation_chars: int = Field(4000, ge=100, description="longest tool result or user reply in prompts")
 
 
-Engines = Annotated[SimEngines | OpenAIEngines, Field(discriminator="kind")]
+class ScriptedEngines(Strict):
+    """Engines that follow the plan written in each user message (SCRIPTED, ``models/plan.py``): no model
+    runs. For tests, demos and the docs' examples, where a client must decide exactly what the agent does."""
+
+    kind: Literal["scripted"] = "scripted"
+
+
+Engines = Annotated[SimEngines | OpenAIEngines | ScriptedEngines, Field(discriminator="kind")]
 
 
 class CoordinatorConfig(Strict):
@@ -117,6 +124,8 @@ class GatewayConfig(Strict):
     rate_per_s: float = Field(50.0, gt=0, description="per-tenant request rate (token bucket, per gateway "
                               "replica); above it a request gets 429 with Retry-After")
     burst: int = Field(100, ge=1, description="per-tenant token bucket size: requests a tenant may send at once")
+    model_aliases: dict[str, str] = Field(default_factory=dict, description="Responses API model names and the "
+                                          "method each runs, e.g. {my-agent: specagent}")
 
 
 EffectName = Literal["read", "write"]
@@ -231,6 +240,9 @@ class AppConfig(Strict):
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown:
             raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
+        aliases = [f"{a} -> {m}" for a, m in self.gateway.model_aliases.items() if m not in METHODS]
+        if aliases:
+            raise ValueError(f"gateway.model_aliases name unknown methods: {', '.join(aliases)}")
         if self.defaults.method not in self.methods:
             raise ValueError(f"the default method {self.defaults.method!r} is not in methods {list(self.methods)}")
         return self

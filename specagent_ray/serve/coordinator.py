@@ -20,7 +20,6 @@ import logging
 import os
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,8 +32,8 @@ from .engine_client import EngineClient
 from .errors import Conflict, NotFound, ServiceUnavailable
 from .group_commit import GroupCommit
 from .lease import Lease
-from .records import Created, Final, Record, Resumed
-from .recovery import Recovery, created_record
+from .records import Created, Deleted, Final, Record, TurnMeta
+from .recovery import Recovery, resume
 from .reports import Metrics, shard_stats, trajectory_report
 from .runner import SessionRunner
 from .session import FINISHED, Session, summary
@@ -42,6 +41,7 @@ from .session_log import SessionLog
 from .shards import session_id
 from .sources import ToolSources
 from .tool_host import ToolHostClient
+from .turns import ApprovalPost, TurnPost, answer_approval, take_turn
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,6 @@ class Coordinator:
         self.clock = clock
         self.sessions: dict[str, Session] = {}
         self.admission = Admission(c, self.engines.queued)
-        self._finished: deque[str] = deque()  # in order of finishing; the oldest are dropped first
         self.metrics = Metrics()
         self.sources = ToolSources(cfg, tool_host)
         self.commits = GroupCommit(self.log, c.ack_timeout_s, clock)
@@ -82,7 +81,7 @@ class Coordinator:
         if not self.commits.start():
             return
         await self.sources.warm()
-        await self.recovery.replay(self.log, self._restore, self._drop)
+        await self.recovery.replay(self.log, lambda sid, records: resume(self, sid, records), self._drop)
 
     def _drop(self, sid: str) -> None:
         s = self.sessions.pop(sid, None)
@@ -108,8 +107,8 @@ class Coordinator:
 
     # -- API --------------------------------------------------------------------------------------------
 
-    async def create(self, req: CreateSession, owner: str = LOCAL, idempotency_key: str | None = None
-                     ) -> dict[str, Any]:
+    async def create(self, req: CreateSession, owner: str = LOCAL, idempotency_key: str | None = None,
+                     turn: TurnMeta | None = None) -> dict[str, Any]:
         """Start a session owned by ``owner``. Answers only once its ``created`` record is stored; if the
         log cannot store it in time the session is ended unstarted and the answer is 503. A create that
         repeats an ``idempotency_key`` of the same owner answers with the first session."""
@@ -126,7 +125,8 @@ class Coordinator:
             catalog = await self.sources.catalog(req, source)
             session = self._session(session_id(self.shard, secrets.token_hex(8)), req, task, owner, idempotency_key)
             started(session.id)
-        session.record(Created(request=req, opening=task.instruction, owner=owner, idempotency_key=idempotency_key))
+        session.record(Created(request=req, opening=task.instruction, owner=owner, idempotency_key=idempotency_key,
+                               turn=turn, tools=catalog.listing() if turn else None))
         try:
             await self.commits.stored()
         except ServiceUnavailable:
@@ -153,6 +153,31 @@ class Coordinator:
         """Deliver a client tool's result; answers once it is stored (503: delivered, not yet stored)."""
         s = self._live(sid, owner)
         s.deliver_tool_result(res.call_id, Observation(res.content, error=res.error))
+        await self.commits.stored()
+        return summary(s)
+
+    async def respond(self, sid: str, post: TurnPost, owner: str = LOCAL, idempotency_key: str | None = None
+                      ) -> dict[str, Any]:
+        """The next turn (``turns.py``), answered once stored with its number; a repeat records nothing."""
+        s = self._get(sid, owner)
+        n = s.turns.repeat(post, idempotency_key)
+        if n is None:
+            n = take_turn(self._live(sid, owner), post, idempotency_key, self.cfg.coordinator.inbox_limit)
+        await self.commits.stored()
+        return {**summary(s), "turn": n}
+
+    async def post_approval(self, sid: str, post: ApprovalPost, owner: str = LOCAL) -> dict[str, Any]:
+        """The client's answer to an approval request; a repeat of the same answer changes nothing."""
+        answer_approval(s := self._live(sid, owner), post)
+        await self.commits.stored()
+        return summary(s)
+
+    async def delete(self, sid: str, owner: str = LOCAL) -> dict[str, Any]:
+        """Cancel the session if it runs and hide it from its owner too (its records stay in the log)."""
+        s = self._get(sid, owner)
+        await s.cancel()
+        s.record(Deleted())
+        s.deleted = True
         await self.commits.stored()
         return summary(s)
 
@@ -184,7 +209,7 @@ class Coordinator:
         """The session, if ``owner`` owns it; another tenant's session is answered as one that does not exist."""
         self._serving()
         s = self.sessions.get(sid)
-        if s is not None and s.owner == owner:
+        if s is not None and s.owner == owner and not s.deleted:
             return s
         broken = self.recovery.broken.get(sid)
         if s is None and broken is not None and owner == LOCAL:  # whose it was is unknown: operators only
@@ -210,13 +235,8 @@ class Coordinator:
     async def _finished_session(self, s: Session, close_tools: bool = True) -> None:
         """Account a session's end, free its tool environment, and drop the oldest finished sessions
         past ``retain_finished`` from memory (their records stay in the log)."""
-        self.admission.ended(s.id)
+        self.admission.retire(self.sessions, s.id)
         self.metrics.finished[s.status] = self.metrics.finished.get(s.status, 0) + 1
-        self._finished.append(s.id)
-        while len(self._finished) > self.cfg.coordinator.retain_finished:
-            old = self.sessions.pop(self._finished.popleft(), None)
-            if old is not None:
-                self.admission.forget(old.id, old.owner, old.idempotency_key)
         if not close_tools:
             return
         try:
@@ -227,23 +247,3 @@ class Coordinator:
     async def _run(self, s: Session, catalog: Any) -> None:
         await self.runner.run(s, catalog)
         await self._finished_session(s)
-
-    async def _restore(self, sid: str, records: list[dict[str, Any]]) -> None:
-        """Rebuild one session from its records (``Session.restore``) and resume it unless it ended."""
-        created = created_record(sid, records)
-        req = created.request
-        source = self.cfg.tool_sources.get(req.tool_source)
-        if source is None:
-            raise ValueError(f"session {sid}: tool source {req.tool_source!r} is no longer configured")
-        task = await self.sources.task(req, source)
-        s = self._session(sid, req, Task(task.id, created.opening, task.context), created.owner,
-                          created.idempotency_key)
-        self.admission.started(sid, created.owner, created.idempotency_key)
-        s.restore(records)
-        self.metrics.committed_steps += len(s.steps)
-        if s.status in FINISHED:
-            await self._finished_session(s, close_tools=False)  # closed when it finished
-            return
-        s.record(Resumed(committed_steps=len(s.steps)))
-        self.recovery.resumed += 1
-        s.runner = asyncio.get_running_loop().create_task(self._run(s, await self.sources.catalog(req, source)))

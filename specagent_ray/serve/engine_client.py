@@ -181,7 +181,8 @@ class OpenAIEngineClient:
 
     def models(self, session: Session, catalog: Catalog) -> tuple[Policy, Policy, Verifier]:
         policy = catalog.policy[: self.cfg.policy_chars] if self.cfg.policy_chars else catalog.policy
-        prompt = PromptConfig(policy=policy, observation_chars=self.cfg.observation_chars)
+        role = {"agent_role": session.request.instructions} if session.request.instructions else {}
+        prompt = PromptConfig(policy=policy, observation_chars=self.cfg.observation_chars, **role)
         headers = lambda: {**traceparent_headers(), "x-session-id": session.id}
         kw = {"max_tokens": self.cfg.max_tokens, "temperature": 0.0, "headers": headers}
         weak_llm = LLMPolicy(self.drafter, prompt, catalog.schemas, **kw)

@@ -50,6 +50,8 @@ from .config import GatewayConfig
 from .errors import ApiError, Forbidden, Overloaded, ServiceUnavailable, Unauthorized, documented, unwrap
 from .handles import NoReplica, taken
 from .records import SessionEvent
+from .responses import Terms
+from .responses_routes import mount_responses
 from .shards import ShardRouter
 
 log = logging.getLogger(__name__)
@@ -156,11 +158,13 @@ def answers(status: int, *errors: int) -> dict[int | str, dict[str, Any]]:
 
 
 def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
-             operators: Callable[[], frozenset[str]] | None = None, offer: Offer | None = None) -> FastAPI:
+             operators: Callable[[], frozenset[str]] | None = None, offer: Offer | None = None,
+             terms: Terms | None = None) -> FastAPI:
     """The FastAPI app over a coordinator reached through ``call``; ``keys()`` is read per request.
     Only ``operators()`` keys read ``/v1/stats`` (cluster-wide counts, shard nodes, and the ids of
     sessions the log could not restore, which may be any tenant's); ``None``: every key may. ``offer``:
-    the create terms its schema publishes (sources, users, methods; ``Offer.of(app_config)``)."""
+    the create terms its schema publishes (sources, users, methods; ``Offer.of(app_config)``); ``terms``:
+    the Responses API's (``Terms.of(app_config)``; without them, no ``/v1/responses`` routes)."""
     docs = {} if cfg.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="specagent-ray", version="0.1.0",
                   description="Agent sessions served with trajectory-level speculation (SpecAgent).", **docs)
@@ -308,6 +312,8 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
         """Sessions by status, verifier batch sizes, coordinator overhead per committed step."""
         return await coordinator("stats")
 
+    if terms is not None:
+        mount_responses(app, coordinator, Tenant, IdempotencyKey, cfg, terms)
     return app
 
 

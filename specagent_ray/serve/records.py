@@ -83,6 +83,16 @@ class ModelCallJson(BaseModel):
     usage: tuple[int, int, int] = Field(description="prompt, cached prompt and decode tokens")
 
 
+class TurnMeta(BaseModel):
+    """What a Responses API request said about its own response, beyond the session's request."""
+
+    model: str = Field(description="the model name the client asked for (a method, or an alias of one)")
+    metadata: dict[str, str] = Field(default_factory=dict)
+    background: bool = False
+    created_at: int = Field(0, description="when the gateway took the request, Unix seconds")
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="the request's tools, as sent")
+
+
 # -- what the session's life writes (coordinator.py) -----------------------------------------------------
 
 class Created(_Record):
@@ -93,6 +103,8 @@ class Created(_Record):
     owner: str = Field("local", description="the tenant: a hash of the API key that created it")
     idempotency_key: str | None = Field(None, description="the create's Idempotency-Key header")
     opening: str = Field("", description="the user's opening message, when known at creation")
+    turn: TurnMeta | None = Field(None, description="a Responses API create: its first response")
+    tools: list[dict[str, Any]] | None = Field(None, description="a Responses API create: the session's catalog")
 
 
 class Opening(_Record):
@@ -187,6 +199,49 @@ class ToolResultPosted(_Record):
     observation: ObservationJson
 
 
+# -- the Responses API's turns and approvals (turns.py) ---------------------------------------------------
+
+class Turn(_Record):
+    """A continuation: the start of turn ``n`` (the first turn starts at ``created``). The inputs follow."""
+
+    t: Literal["turn"] = "turn"
+    n: int
+    meta: TurnMeta
+    idempotency_key: str | None = None
+
+
+class ModelCalls(_Record):
+    """The model calls made since the previous commit, written when the agent's turn ends before a commit
+    (a message awaiting its reply, a client tool call, an approval request)."""
+
+    t: Literal["calls"] = "calls"
+    calls: list[ModelCallJson]
+
+
+class ApprovalRequest(_Record):
+    """A write the verifier accepted that waits for the client's approval (``approval`` in the request)."""
+
+    t: Literal["approval_request"] = "approval_request"
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class ApprovalAnswer(_Record):
+    """The client's answer to an approval request: approved, the write runs (once); denied, it never does."""
+
+    t: Literal["approval_response"] = "approval_response"
+    id: str
+    approve: bool
+    reason: str | None = None
+
+
+class Deleted(_Record):
+    """The client deleted the conversation: its routes answer 404 from now on (its records stay)."""
+
+    t: Literal["deleted"] = "deleted"
+
+
 class ProtocolEvent(_Record):
     """One of the protocol's events (Algorithm 1's journal: drafts, verdicts, repairs, fallbacks)."""
 
@@ -197,7 +252,8 @@ class ProtocolEvent(_Record):
 
 Record = Annotated[
     Created | Opening | Resumed | Final | AgentMessage | UserMessageRecord | Commit | Intent | Result
-    | ToolResultRecord | ToolCallPending | ToolResultPosted | ProtocolEvent,
+    | ToolResultRecord | ToolCallPending | ToolResultPosted | Turn | ModelCalls | ApprovalRequest
+    | ApprovalAnswer | Deleted | ProtocolEvent,
     Field(discriminator="t"),
 ]
 _RECORD: TypeAdapter[Record] = TypeAdapter(Record)

@@ -2,7 +2,8 @@
 host or the client, and ``SessionRunner``, which assembles a session's parts and runs its method to
 the end.
 
-Guarantees: a write's intent is durable before the write runs, and it runs under one idempotency key
+Guarantees: a write's intent is durable before the write runs (and after the client's approval, where
+the request asks for one: a denied write never runs), and it runs under one idempotency key
 (also when a restarted coordinator finishes it); a user-side tool call runs under
 ``Session.user_call_key``; however the method ends (done, cancelled, timed out, an engine or any
 other failure), the session's ``final`` record says how, and no exception escapes.
@@ -28,6 +29,7 @@ from .records import AgentMessage, Final, Opening, ToolResultRecord, UserMessage
 from .session import Catalog, IdleTimeout, Session
 from .session_log import SessionLog
 from .tool_host import ToolHostClient
+from .turns import approved
 from .wire import observation_dict
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,11 @@ class SessionTools:
 
     async def execute(self, call: ToolCall) -> Observation:
         if self.classify(call) is Effect.WRITE:
+            approval = self.session.request.approval
+            if approval is not None and approval.needed(call.name):
+                ok, reason = await approved(self.session, call)  # after the verifier's acceptance, never instead
+                if not ok:
+                    return Observation(f"The user denied this call{': ' + reason if reason else '.'}", error=True)
             key = self.session.intent(call)
             with self.session.waiting_for_log():
                 await self._durable()  # the intent is stored before the write can have any effect
@@ -88,6 +95,7 @@ class ClientUser:
 
     async def reply(self, text: str) -> Observation:
         s = self.session
+        s.flush_calls()
         s.record(AgentMessage(text=text))
         s.status = "waiting_user"
         try:

@@ -35,6 +35,7 @@ from .records import (
     Commit,
     Final,
     Intent,
+    ModelCalls,
     Opening,
     ProtocolEvent,
     Record,
@@ -44,9 +45,10 @@ from .records import (
     UserMessageRecord,
     parse,
 )
+from .turns import Approvals, Turns, restore_turn
 from .wire import event_dict, observation_dict, observation_from, step_dict, step_from
 
-Status = str  # running | waiting_user | waiting_tool | done | failed | cancelled | timed_out
+Status = str  # running | waiting_user | waiting_tool | waiting_approval | done | failed | cancelled | timed_out
 FINISHED = ("done", "failed", "cancelled", "timed_out")
 
 
@@ -68,6 +70,11 @@ class Catalog:
 
     def effect(self, name: str) -> Effect:
         return self.effects.get(name, Effect.WRITE)
+
+    def listing(self) -> list[dict[str, Any]]:
+        """The tools as a client sees them: name, arguments schema, and whether they run as reads here."""
+        return [{"name": n, "input_schema": schema, "annotations": {"read_only": self.effect(n) is Effect.READ}}
+                for n, schema in self.schemas.items()]
 
 
 @dataclass(eq=False)  # identity: a session is a live object, hashed by id()
@@ -100,6 +107,9 @@ class Session:
     termination: str | None = None
     error: str | None = None
     reward: float | None = None
+    deleted: bool = False  # the client deleted it (Responses API): answered as one that does not exist
+    turns: Turns = field(default_factory=Turns)
+    approvals: Approvals = field(init=False)
     runner: asyncio.Task | None = None
     # Samples go to these sinks; the coordinator passes its own bounded ones, shared by all sessions.
     overheads: MutableSequence[float] = field(default_factory=list)  # coordinator time per committed step, s
@@ -114,6 +124,7 @@ class Session:
 
     def __post_init__(self) -> None:
         self._mark = self.clock()
+        self.approvals = Approvals(self.id)
 
     # -- records and events -----------------------------------------------------------------------
 
@@ -167,6 +178,7 @@ class Session:
         keys = [self._key_of.pop(s.action.key(), None) if s.effect is Effect.WRITE else None for s in steps]
         self.steps.extend(steps)
         self.committed_keys.update(k for k in keys if k)
+        self.approvals.consumed()
         calls = self.ledger.calls[self._calls_logged:]
         self._calls_logged = len(self.ledger.calls)
         self.record(Commit(steps=[step_dict(s) for s in steps], keys=keys, calls=[call_dict(c) for c in calls]))
@@ -174,6 +186,13 @@ class Session:
         inside = (now - self._mark) - (self._outside - self._outside_mark)
         self.overheads.append(max(inside, 0.0) / len(steps))
         self._mark, self._outside_mark = now, self._outside
+
+    def flush_calls(self) -> None:
+        """Record the model calls since the last commit: the agent's turn ends before its next commit."""
+        calls = self.ledger.calls[self._calls_logged:]
+        if calls:
+            self._calls_logged = len(self.ledger.calls)
+            self.record(ModelCalls(calls=[call_dict(c) for c in calls]))
 
     # -- accounting of time spent outside the coordinator ---------------------------------------------
 
@@ -247,6 +266,7 @@ class Session:
                     self.steps.extend(step_from(x.model_dump()) for x in steps)
                     self.committed_keys.update(k for k in keys if k)
                     self.ledger.calls.extend(call_from(c.model_dump()) for c in calls)
+                    self.approvals.consumed()
                 case Intent(key=key):
                     self.intents[key] = rec
                 case Result(key=key, observation=obs):
@@ -259,6 +279,10 @@ class Session:
                         self.message_keys[key] = (text, stop)
                 case Final(status=status, termination=termination, error=error):
                     self.status, self.termination, self.error = status, termination, error
+                case ModelCalls(calls=calls):
+                    self.ledger.calls.extend(call_from(c.model_dump()) for c in calls)
+                case _:
+                    restore_turn(self, rec)
         self._calls_logged = len(self.ledger.calls)
         if self.request.user == "client" and self.status not in FINISHED:
             answered = sum(1 for x in self.steps if x.action.kind is ActionKind.MESSAGE)
@@ -293,6 +317,7 @@ class Session:
     async def client_call(self, call: ToolCall, call_id: str) -> Observation:
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self.pending_calls[call_id] = future
+        self.flush_calls()
         self.record(ToolCallPending(call_id=call_id, name=call.name, arguments=call.arguments))
         self.status = "waiting_tool"
         try:

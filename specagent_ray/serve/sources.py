@@ -140,7 +140,19 @@ class ToolSources:
         return await asyncio.to_thread(Tau2Domain.load, name)
 
     async def catalog(self, req: CreateSession, source) -> Catalog:
-        """The session's tools: the client's own (client sources), else the source's (see the module doc)."""
+        """The session's tools, narrowed to the request's ``allowed_tools`` (400 naming any the source lacks)."""
+        full = await self._catalog(req, source)
+        if req.allowed_tools is None:
+            return full
+        missing = sorted(set(req.allowed_tools) - set(full.schemas))
+        if missing:
+            raise BadRequest(f"allowed_tools names tools that {req.tool_source!r} does not have: {', '.join(missing)}")
+        keep = set(req.allowed_tools)
+        return Catalog({n: v for n, v in full.schemas.items() if n in keep},
+                       {n: e for n, e in full.effects.items() if n in keep}, full.policy)
+
+    async def _catalog(self, req: CreateSession, source) -> Catalog:
+        """The client's own tools (client sources), else the source's (see the module doc)."""
         if isinstance(source, ClientSource):
             from ..tools.mcp import effect_of
 

@@ -55,11 +55,13 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
                 **coordinator: Any) -> Any:
     """The ASGI app ``in_process_gateway`` serves (same arguments). Its coordinator shards start in the
     event loop of the first request, so serve it from one loop. Its schema lists the tau2 sources' task ids."""
+    from ..models.plan import PlanEngineClient
     from ..serve.api import Offer
     from ..serve.coordinator import Coordinator
     from ..serve.engine_client import SimEngineClient
     from ..serve.gateway import make_api
     from ..serve.handles import Local
+    from ..serve.responses import Terms
     from ..serve.shards import ShardRouter, shard_log
     from ..serve.sim_engine import SimEngine
     from ..serve.tool_host import ToolHost
@@ -72,8 +74,9 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
                          "retail": {"kind": "tau2", "domain": "retail"}}, **(app or {})})
     shards = []
     for i in range(cfg.coordinators):  # each shard has its own engine clients, log namespace and lease
-        engines = SimEngineClient(Local(SimEngine("drafter", cfg.engines)), Local(SimEngine("verifier", cfg.engines)),
-                                  cfg.engines, cfg.coordinator)
+        engines = (SimEngineClient(Local(SimEngine("drafter", cfg.engines)), Local(SimEngine("verifier", cfg.engines)),
+                                   cfg.engines, cfg.coordinator) if isinstance(cfg.engines, SimEngines)
+                   else PlanEngineClient())
         store = LocalStore(Path(shard_log(str(log_dir), i)))
         shards.append(Coordinator(cfg, engines, Local(ToolHost(cfg.tool_sources)), store, shard=i))
 
@@ -85,7 +88,7 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
     call = ShardRouter(call_shard, len(shards))
     api: Any = make_api(call, cfg.gateway, lambda: frozenset(keys),
                         None if operators is None else (lambda: frozenset(operators)),
-                        offer=Offer.of(cfg, tau2_task_ids(cfg)))
+                        offer=Offer.of(cfg, tau2_task_ids(cfg)), terms=Terms.of(cfg))
     if fail_after is not None:
         api = FailAfter(api, fail_after)
     return api

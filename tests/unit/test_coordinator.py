@@ -636,7 +636,7 @@ async def test_model_engines_judge_the_exact_ablation_with_the_same_verifier_pro
                             verifier=Endpoint(url="http://127.0.0.1:9/v1", model="v"))
     client = OpenAIEngineClient(engines, CoordinatorConfig(batch_window_ms=1), {})
     client.verifier = Backend()  # what the verifier endpoint is asked
-    session = types.SimpleNamespace(id="s1", outside=contextlib.nullcontext)
+    session = types.SimpleNamespace(id="s1", outside=contextlib.nullcontext, request=types.SimpleNamespace(instructions=None))
     catalog = Catalog({"lookup": {"type": "object", "properties": {}}}, {"lookup": Effect.READ}, "Be careful.")
     _, _, judge = client.models(session, catalog)  # type: ignore[arg-type]
     assert isinstance(judge, JudgeWithCriteria)

@@ -1,0 +1,121 @@
+"""Engines that follow a plan written in the user's message (SCRIPTED: no model runs).
+
+They let a client, a test or a demo decide exactly what the agent does, through any front door, on
+any tool source: the weak policy drafts the plan's steps, the verifier accepts a block up to the first
+step that differs from the plan, and the strong policy writes the plan's step. A plan is the latest
+user message (the opening, or the reply to the agent's last message), one step per line or ``;``:
+
+    call NAME {"arg": 1}                   a tool call (JSON arguments; {} if omitted)
+    call NAME {"arg": 1} weak {"arg": 2}   the weak model drafts the second arguments instead: the
+                                           verifier rejects that step and repairs it with the first
+    say TEXT                               a message to the user (it ends the agent's turn)
+    stop                                   the agent ends the session
+
+A message that holds no plan is answered ``say ok``; after the plan's last step the agent says
+"Done." Every call's usage is a fixed, labelled figure (``SCRIPTED_USAGE``), never a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..protocol.types import Action, ActionKind, History, Proposal, Review, Step, Usage, Verdict
+
+SCRIPTED_USAGE = {"weak": Usage(100, 0, 20), "strong": Usage(120, 0, 20), "verify": Usage(200, 0, 10)}
+VERBS = ("call", "say", "stop")
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """One step of a plan: what the strong model does, and what the weak one drafts (often the same)."""
+
+    intended: Action
+    drafted: Action
+
+
+def parse_plan(text: str) -> list[PlanStep]:
+    """The plan a user message holds; ``[say ok]`` if it holds none. Raises nothing: a line that is not
+    a step makes the whole message no plan."""
+    lines = [part.strip() for line in text.splitlines() for part in line.split(";") if part.strip()]
+    try:
+        steps = [_step(line) for line in lines]
+    except ValueError:
+        steps = []
+    return steps or [PlanStep(Action.message("ok"), Action.message("ok"))]
+
+
+def _step(line: str) -> PlanStep:
+    verb, _, rest = line.partition(" ")
+    if verb == "say" and rest.strip():
+        return PlanStep(Action.message(rest.strip()), Action.message(rest.strip()))
+    if verb == "stop" and not rest.strip():
+        return PlanStep(Action.stop(), Action.stop())
+    if verb != "call" or not rest.strip():
+        raise ValueError(line)
+    name, _, args = rest.strip().partition(" ")
+    intended, _, weak = args.partition(" weak ")
+    return PlanStep(_call(name, intended), _call(name, weak if weak.strip() else intended))
+
+
+def _call(name: str, arguments: str) -> Action:
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(arguments) from exc
+    if not isinstance(parsed, dict):
+        raise ValueError(arguments)
+    return Action.tool(name, **parsed)
+
+
+def position(history: History) -> tuple[list[PlanStep], int]:
+    """The plan in force (the latest user message) and how many of its steps the history has taken."""
+    steps = history.steps
+    last = max((i for i, s in enumerate(steps) if s.action.kind is ActionKind.MESSAGE and s.observation), default=-1)
+    text = steps[last].observation.content if last >= 0 else history.task.instruction  # type: ignore[union-attr]
+    return parse_plan(text), len(steps) - last - 1
+
+
+def _at(plan: list[PlanStep], i: int) -> PlanStep:
+    done = Action.message("Done.")
+    return plan[i] if i < len(plan) else PlanStep(done, done)
+
+
+class PlanPolicy:
+    """The protocol's ``Policy``: the plan's next step, as the weak model drafts it or the strong one writes it."""
+
+    def __init__(self, role: str):
+        self.role = role
+
+    async def propose(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> Proposal:
+        plan, done = position(history)
+        step = _at(plan, done + len(draft))
+        return Proposal(step.drafted if self.role == "weak" else step.intended, SCRIPTED_USAGE[self.role])
+
+
+class PlanVerifier:
+    """The protocol's ``Verifier``: accepts the block up to the first step that is not the plan's, and
+    repairs that step with the plan's own (a fused repair)."""
+
+    async def verify(self, history: History, block: Sequence[Step]) -> Review:
+        plan, done = position(history)
+        for j, step in enumerate(block):
+            intended = _at(plan, done + j).intended
+            if not step.action.same_as(intended):
+                return Review(Verdict(j, f"step {j + 1} is not the plan's: expected {intended.describe()}",
+                                      intended), SCRIPTED_USAGE["verify"])
+        return Review(Verdict(len(block)), SCRIPTED_USAGE["verify"])
+
+
+class PlanEngineClient:
+    """The coordinator's ``EngineClient`` for ``ScriptedEngines``: plan-following models, no batching."""
+
+    def models(self, session: object, catalog: object) -> tuple[PlanPolicy, PlanPolicy, PlanVerifier]:
+        return PlanPolicy("weak"), PlanPolicy("strong"), PlanVerifier()
+
+    def queued(self) -> int:
+        return 0
+
+    def batchers(self) -> dict[str, list]:
+        return {}

@@ -1,0 +1,187 @@
+"""A session's records, read back as the Responses API's objects: responses, their output items, their
+input items and their stream of events. Pure functions of the session log's published records.
+
+``output`` holds only what is committed, or certain to be:
+- an MCP tool step appears (``mcp_call``) once it is committed, or once the agent's message that ends
+  its block is sent (a block without a staged write commits whole when the user replies);
+- a draft step that the verifier rejected never appears; a write denied by the client never ran and
+  does not appear either (the agent is told);
+- a function call appears when it goes out to the client (``function_call``): a drafted read while the
+  draft is written (reads are reversible), a write only after the verifier accepted it;
+- an approval request (``mcp_approval_request``) and the agent's message (``message``) end the turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .responses import response_id
+
+Records = Sequence[dict[str, Any]]
+ENDS = ("agent_message", "tool_call_pending", "approval_request", "final")  # what ends the agent's turn
+BOUNDARIES = ("accepted", "rejected", "redraft", "commit")  # after these, no drafted read is pending
+FINAL_STATUS = {"done": "completed", "failed": "failed", "cancelled": "cancelled", "timed_out": "incomplete"}
+
+
+def turn_records(records: Records, n: int) -> Records:
+    """The records of turn ``n``: from ``created`` (turn 0) or its ``turn`` record to the next turn's."""
+    starts = [0] + [i for i, r in enumerate(records) if r["t"] == "turn"]
+    if n >= len(starts):
+        from .errors import NotFound
+
+        raise NotFound(f"no response {n} in this conversation")
+    return records[starts[n]: starts[n + 1] if n + 1 < len(starts) else len(records)]
+
+
+def status_of(turn: Records, latest: bool) -> str:
+    """completed once the agent's turn ended (its message, a function call, an approval request); a
+    session that ended first gives its own status (failed, cancelled, incomplete)."""
+    end = next((r for r in turn if r["t"] in ENDS), None)  # the first end decides: a later cancel changes nothing
+    if end is not None:
+        return FINAL_STATUS[end["status"]] if end["t"] == "final" else "completed"
+    return "in_progress" if latest else "completed"
+
+
+def output_items(turn: Records, sid: str, label: str | None) -> list[dict[str, Any]]:
+    """The turn's output items (see the module doc); ``label``: the MCP server's, None for function tools."""
+    out: list[dict[str, Any]] = []
+    pending: list[tuple[dict[str, Any], dict[str, Any]]] = []  # drafted reads of the block: (action, observation)
+    result: dict[str, Any] | None = None
+    for r in turn:
+        t = r["t"]
+        if t == "created" and label is not None and r.get("tools") is not None:
+            out.append({"type": "mcp_list_tools", "id": f"mcpl_{sid}_{r['seq']}", "server_label": label,
+                        "tools": r["tools"]})
+        elif t == "tool_result":
+            result = r["observation"]
+        elif t == "drafted" and r.get("action", {}).get("kind") == "tool" and result is not None:
+            pending.append((r["action"], result))
+        elif t == "commit" and label is not None and not any(s["action"]["kind"] == "message" for s in r["steps"]):
+            out += [_mcp_call(s["action"], s["observation"], sid, r["seq"], i, label)
+                    for i, (s, key) in enumerate(zip(r["steps"], r["keys"], strict=True))
+                    if s["action"]["kind"] == "tool" and (s["effect"] == "read" or key is not None)]
+        elif t == "agent_message":
+            if label is not None:
+                out += [_mcp_call(a, o, sid, r["seq"], i, label) for i, (a, o) in enumerate(pending)]
+            out.append(message(r["text"], f"msg_{sid}_{r['seq']}"))
+        elif t == "tool_call_pending":
+            out.append({"type": "function_call", "id": f"fc_{sid}_{r['seq']}", "call_id": r["call_id"],
+                        "name": r["name"], "arguments": json.dumps(r["arguments"]), "status": "completed"})
+        elif t == "approval_request":
+            out.append({"type": "mcp_approval_request", "id": r["id"], "server_label": label or "",
+                        "name": r["name"], "arguments": json.dumps(r["arguments"])})
+        if t in BOUNDARIES or t == "agent_message":
+            pending = []
+    return out
+
+
+def _mcp_call(action: dict[str, Any], obs: dict[str, Any], sid: str, seq: int, i: int, label: str) -> dict[str, Any]:
+    error = obs["content"] if obs.get("error") else None
+    return {"type": "mcp_call", "id": f"mcp_{sid}_{seq}_{i}", "server_label": label, "name": action["name"],
+            "arguments": json.dumps(action.get("arguments", {})), "output": obs["content"], "error": error,
+            "status": "failed" if error else "completed"}
+
+
+def message(text: str, item_id: str) -> dict[str, Any]:
+    return {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+
+def usage(turn: Records) -> dict[str, Any]:
+    """Tokens of both models' calls logged in the turn, with the speculation figures (an extra field)."""
+    calls = [c for r in turn if r["t"] in ("commit", "calls") for c in r["calls"]]
+    prompt, cached, decode = (sum(c["usage"][i] for c in calls) for i in range(3))
+    verdicts = [r["detail"] for r in turn if r["t"] == "accepted" and "/" in r.get("detail", "")]
+    accepted, drafted = (sum(int(v.split("/")[i]) for v in verdicts) for i in range(2))
+    by_model = {role: {"input_tokens": sum(c["usage"][0] for c in calls if c["role"] == role),
+                       "output_tokens": sum(c["usage"][2] for c in calls if c["role"] == role)}
+                for role in ("weak", "strong")}
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": decode,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + decode,
+            "speculation": {"blocks": len(verdicts), "drafted_steps": drafted, "accepted_steps": accepted,
+                            "strong_calls": sum(c["role"] == "strong" for c in calls),
+                            "verdict_tokens": sum(c["usage"][2] for c in calls if c["purpose"] == "verify"),
+                            "by_model": by_model}}
+
+
+def response(records: Records, sid: str, n: int, label: str | None) -> dict[str, Any]:
+    """Response ``n`` of the session whose published records are ``records``."""
+    turn = turn_records(records, n)
+    created = records[0]
+    meta = (created.get("turn") if n == 0 else turn[0].get("meta")) or {}
+    latest = n == sum(r["t"] == "turn" for r in records)
+    status = status_of(turn, latest)
+    final = next((r for r in turn if r["t"] == "final"), None)
+    error = {"code": "server_error", "message": final.get("error") or "failed"} if status == "failed" else None
+    incomplete = {"reason": (final or {}).get("error") or "incomplete"} if status == "incomplete" else None
+    return {"id": response_id(sid, n), "object": "response", "created_at": meta.get("created_at", 0),
+            "status": status, "model": meta.get("model", ""), "instructions": created["request"].get("instructions"),
+            "output": output_items(turn, sid, label), "usage": usage(turn),
+            "previous_response_id": response_id(sid, n - 1) if n else None, "tools": meta.get("tools", []),
+            "tool_choice": "auto", "parallel_tool_calls": True, "metadata": meta.get("metadata", {}),
+            "background": meta.get("background", False), "error": error, "incomplete_details": incomplete,
+            "temperature": None, "top_p": None, "text": {"format": {"type": "text"}}, "truncation": "disabled",
+            "store": True}
+
+
+def input_items(records: Records, sid: str, n: int) -> list[dict[str, Any]]:
+    """What the client sent in turn ``n``, in order."""
+    out: list[dict[str, Any]] = []
+    for r in turn_records(records, n):
+        item_id = f"in_{sid}_{r['seq']}"
+        if r["t"] == "created" and r["request"].get("message"):
+            out.append(_user(r["request"]["message"], item_id))
+        elif r["t"] == "user_message":
+            out.append(_user(r["text"], item_id))
+        elif r["t"] == "tool_result_posted":
+            out.append({"type": "function_call_output", "id": item_id, "call_id": r["call_id"],
+                        "output": r["observation"]["content"], "status": "completed"})
+        elif r["t"] == "approval_response":
+            out.append({"type": "mcp_approval_response", "id": item_id, "approval_request_id": r["id"],
+                        "approve": r["approve"], "reason": r.get("reason")})
+    return out
+
+
+def _user(text: str, item_id: str) -> dict[str, Any]:
+    return {"type": "message", "id": item_id, "role": "user", "status": "completed",
+            "content": [{"type": "input_text", "text": text}]}
+
+
+def item_events(item: dict[str, Any], index: int) -> Iterator[dict[str, Any]]:
+    """The stream events of one output item (without sequence numbers)."""
+    kind, item_id = item["type"], item["id"]
+    if kind == "message":
+        text = item["content"][0]["text"]
+        part = {"type": "output_text", "text": "", "annotations": []}
+        yield {"type": "response.output_item.added", "output_index": index,
+               "item": {**item, "status": "in_progress", "content": []}}
+        yield {"type": "response.content_part.added", "output_index": index, "item_id": item_id,
+               "content_index": 0, "part": part}
+        yield {"type": "response.output_text.delta", "output_index": index, "item_id": item_id,
+               "content_index": 0, "delta": text, "logprobs": []}
+        yield {"type": "response.output_text.done", "output_index": index, "item_id": item_id,
+               "content_index": 0, "text": text, "logprobs": []}
+        yield {"type": "response.content_part.done", "output_index": index, "item_id": item_id,
+               "content_index": 0, "part": {**part, "text": text}}
+    elif kind == "mcp_call":
+        yield {"type": "response.output_item.added", "output_index": index,
+               "item": {**item, "status": "in_progress", "output": None, "error": None}}
+        yield {"type": "response.mcp_call.in_progress", "output_index": index, "item_id": item_id}
+        yield {"type": f"response.mcp_call.{'failed' if item['error'] else 'completed'}", "output_index": index,
+               "item_id": item_id}
+    else:
+        yield {"type": "response.output_item.added", "output_index": index, "item": item}
+    yield {"type": "response.output_item.done", "output_index": index, "item": item}
+
+
+def lifecycle(kind: str, snapshot: dict[str, Any]) -> dict[str, Any]:
+    """``response.created`` / ``.in_progress`` / ``.completed`` / ``.failed`` / ``.incomplete``."""
+    return {"type": f"response.{kind}", "response": snapshot}
+
+
+def ended(status: str) -> str | None:
+    """The lifecycle event that ends a stream in ``status``, or None while the response runs."""
+    return {"completed": "completed", "failed": "failed", "incomplete": "incomplete",
+            "cancelled": "failed"}.get(status)

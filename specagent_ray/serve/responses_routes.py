@@ -1,0 +1,177 @@
+"""The Responses API's routes on the gateway: the same keys, tenants, rate limits, body cap and
+Idempotency-Key as the sessions API, over the same coordinator calls. Only wiring: requests are
+translated by ``responses.py``, records read back by ``response_items.py``.
+
+- ``POST /v1/responses`` answers once the agent's turn ended (a message, a function call, an approval
+  request); ``background: true`` answers at once (poll ``GET``); ``stream: true`` streams the Responses
+  events, each with a ``sequence_number``, each sent only once its record is durable.
+- ``POST /v1/responses/{id}/cancel`` cancels the conversation's session while that response runs (409 once
+  it ended); ``DELETE /v1/responses/{id}`` ends the conversation and hides all its responses (404 after).
+- Another tenant's response is one that does not exist (404), on every route.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import StreamingResponse
+
+from .api import CreateSession
+from .config import GatewayConfig
+from .errors import ApiError, Conflict, documented
+from .response_items import (
+    ended,
+    input_items,
+    item_events,
+    lifecycle,
+    response,
+    status_of,
+    turn_records,
+)
+from .responses import ResponseCreate, Terms, create_request, meta, parse_response_id, sse, turn_post
+
+Call = Callable[..., Awaitable[Any]]
+KEYED = (401, 429, 500, 503)
+
+
+class ResponseEvents(StreamingResponse):
+    media_type = "text/event-stream"
+
+
+def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg: GatewayConfig, terms: Terms) -> None:
+    """Add the Responses API's routes to ``app``; ``coordinator(method, *args, owner=, retry=)`` calls a
+    coordinator shard, ``tenant`` and ``key`` are the gateway's dependencies for the caller and the
+    Idempotency-Key header."""
+
+    async def records(sid: str, who: str, turn: int = 0) -> list[dict[str, Any]]:
+        """The session's published records, once they hold turn ``turn`` (the coordinator answers a post
+        once its records are stored; they are published a moment later)."""
+        seen = (await coordinator("events", sid, 0, 0.0, owner=who))["events"]
+        while not seen or sum(r["t"] == "turn" for r in seen) < turn:
+            seen = seen + (await coordinator("events", sid, len(seen), cfg.events_wait_s, owner=who))["events"]
+        return seen
+
+    def label(records: list[dict[str, Any]]) -> str | None:
+        source = records[0]["request"]["tool_source"]
+        return source if source in terms.mcp else None
+
+    async def follow(sid: str, n: int, who: str) -> AsyncIterator[list[dict[str, Any]]]:
+        """The session's records, again each time more are published, until turn ``n`` ended."""
+        seen = await records(sid, who, n)
+        while True:
+            yield seen
+            latest = n == sum(r["t"] == "turn" for r in seen)
+            if status_of(turn_records(seen, n), latest) != "in_progress":
+                return
+            more = await coordinator("events", sid, len(seen), cfg.events_wait_s, owner=who)
+            seen = seen + more["events"]
+
+    async def finished(sid: str, n: int, who: str) -> dict[str, Any]:
+        async for seen in follow(sid, n, who):
+            last = seen
+        return response(last, sid, n, label(last))
+
+    async def stream(sid: str, n: int, who: str) -> AsyncIterator[str]:
+        number = 0
+
+        def event(e: dict[str, Any]) -> str:
+            nonlocal number
+            number += 1
+            return sse({**e, "sequence_number": number - 1})
+
+        sent = 0
+        try:
+            async for seen in follow(sid, n, who):
+                snap = response(seen, sid, n, label(seen))
+                if sent == 0 and number == 0:
+                    start = {**snap, "status": "in_progress", "output": []}
+                    yield event(lifecycle("created", start))
+                    yield event(lifecycle("in_progress", start))
+                for i, item in enumerate(snap["output"][sent:], start=sent):
+                    for e in item_events(item, i):
+                        yield event(e)
+                sent = len(snap["output"])
+                end = ended(snap["status"])
+                if end is not None:
+                    yield event(lifecycle(end, snap))
+        except ApiError as exc:  # the coordinator went away mid-stream: say so, in the stream's own terms
+            yield event({"type": "error", "code": str(exc.status), "message": exc.message, "param": None})
+        except Exception as exc:  # noqa: BLE001 - Unavailable, Internal: their text is safe to show
+            yield event({"type": "error", "code": "unavailable", "message": str(exc) or "internal error",
+                         "param": None})
+
+    @app.post("/v1/responses", operation_id="create_response", response_model=None,
+              responses=documented(*KEYED, 400, 403, 404, 409, 413))
+    async def create_response(body: ResponseCreate, who: str = tenant, idempotency_key: str | None = key) -> Any:
+        """A response: the next turn of an agent conversation (a new one without ``previous_response_id``)."""
+        now, retry = int(time.time()), idempotency_key is not None
+        if body.previous_response_id is None:
+            out = await coordinator("create", create_request(body, terms), owner=who, idempotency_key=idempotency_key,
+                                    turn=meta(body, now), retry=retry)
+            sid, n = out["session_id"], 0
+        else:
+            sid, previous = parse_response_id(body.previous_response_id)
+            seen = await records(sid, who)
+            latest = sum(r["t"] == "turn" for r in seen)
+            if previous == latest and status_of(turn_records(seen, previous), True) == "in_progress":
+                raise Conflict(f"response {body.previous_response_id} is still in progress")
+            request = CreateSession.model_validate(seen[0]["request"])
+            post = turn_post(body, previous, request, terms, now)
+            n = (await coordinator("respond", sid, post, owner=who, idempotency_key=idempotency_key,
+                                   retry=retry))["turn"]
+        if body.stream:
+            return ResponseEvents(stream(sid, n, who), headers={"Cache-Control": "no-cache"})
+        if body.background:
+            seen = await records(sid, who, n)
+            return response(seen, sid, n, label(seen))
+        return await finished(sid, n, who)
+
+    @app.get("/v1/responses/{rid}", operation_id="get_response", response_model=None,
+             responses=documented(*KEYED, 404))
+    async def get_response(rid: str, who: str = tenant) -> dict[str, Any]:
+        """A response as it stands: poll it until its status is no longer in_progress."""
+        sid, n = parse_response_id(rid)
+        seen = await records(sid, who)
+        return response(seen, sid, n, label(seen))
+
+    @app.post("/v1/responses/{rid}/cancel", operation_id="cancel_response", response_model=None,
+              responses=documented(*KEYED, 404, 409))
+    async def cancel_response(rid: str, who: str = tenant) -> dict[str, Any]:
+        """Cancel a response in progress: its conversation's session ends as cancelled."""
+        sid, n = parse_response_id(rid)
+        seen = await records(sid, who)
+        latest = n == sum(r["t"] == "turn" for r in seen)
+        status = status_of(turn_records(seen, n), latest)
+        if status != "in_progress":
+            raise Conflict(f"response {rid} is {status}; only a response in progress can be cancelled")
+        await coordinator("cancel", sid, owner=who)
+        seen = await records(sid, who)
+        return response(seen, sid, n, label(seen))
+
+    @app.delete("/v1/responses/{rid}", operation_id="delete_response", response_model=None,
+                responses=documented(*KEYED, 404))
+    async def delete_response(rid: str, who: str = tenant) -> dict[str, Any]:
+        """Delete the conversation this response belongs to: it ends, and its responses answer 404."""
+        sid, n = parse_response_id(rid)
+        turn_records(await records(sid, who), n)  # 404 for a turn that never was
+        await coordinator("delete", sid, owner=who)
+        return {"id": rid, "object": "response.deleted", "deleted": True}
+
+    @app.get("/v1/responses/{rid}/input_items", operation_id="list_input_items", response_model=None,
+             responses=documented(*KEYED, 404))
+    async def list_input_items(rid: str, request: Request, who: str = tenant,
+                               limit: int = Query(20, ge=1, le=100), order: str = Query("desc", pattern="^(asc|desc)$"),
+                               after: str | None = Query(None, max_length=200)) -> dict[str, Any]:
+        """The items the client sent in this response's request, newest first unless ``order=asc``."""
+        sid, n = parse_response_id(rid)
+        items = input_items(await records(sid, who), sid, n)
+        items = items[::-1] if order == "desc" else items
+        ids = [i["id"] for i in items]
+        start = ids.index(after) + 1 if after in ids else 0
+        page = items[start:start + limit]
+        return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None, "has_more": start + limit < len(items)}
+
