@@ -160,7 +160,7 @@ class Coordinator:
                       ) -> dict[str, Any]:
         """The next turn (``turns.py``), answered once stored with its number; a repeat records nothing."""
         s = self._get(sid, owner)
-        n = s.turns.repeat(post, idempotency_key)
+        n = s.turns.repeat(post, idempotency_key, s.approvals)
         if n is None:
             n = take_turn(self._live(sid, owner), post, idempotency_key, self.cfg.coordinator.inbox_limit)
         await self.commits.stored()

@@ -51,7 +51,7 @@ from .errors import ApiError, Forbidden, Overloaded, ServiceUnavailable, Unautho
 from .handles import NoReplica, taken
 from .records import SessionEvent
 from .responses import Terms
-from .responses_routes import mount_responses
+from .responses_routes import error_response, mount_responses
 from .shards import ShardRouter
 
 log = logging.getLogger(__name__)
@@ -225,15 +225,15 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
         headers = {"Retry-After": str(exc.retry_after_s)} if retry else None  # type: ignore[attr-defined]
         if isinstance(exc, Unauthorized):
             headers = {"WWW-Authenticate": "Bearer"}
-        return JSONResponse({"detail": exc.message}, status_code=exc.status, headers=headers)
+        return error_response(request, exc.status, exc.message, headers)
 
     @app.exception_handler(Unavailable)
     async def unavailable(request: Request, exc: Unavailable) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
+        return error_response(request, 503, str(exc), {"Retry-After": "5"})
 
     @app.exception_handler(Internal)
     async def internal(request: Request, exc: Internal) -> JSONResponse:
-        return JSONResponse({"detail": "internal error (logged on the server)"}, status_code=500)
+        return error_response(request, 500, "internal error (logged on the server)")
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:

@@ -17,7 +17,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from .api import CreateSession
 from .config import GatewayConfig
@@ -41,10 +43,32 @@ class ResponseEvents(StreamingResponse):
     media_type = "text/event-stream"
 
 
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 429: "rate_limit_error"}
+
+
+def error_response(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """An error's body: ``{"detail": ...}`` on the sessions API, OpenAI's ``{"error": {...}}`` on the
+    Responses API's routes, whose clients (the OpenAI SDK) read the message from there."""
+    if not request.url.path.startswith("/v1/responses"):
+        return JSONResponse({"detail": message}, status_code=status, headers=headers)
+    error = {"message": message, "type": ERROR_TYPES.get(status, "server_error"), "param": None, "code": None}
+    return JSONResponse({"error": error}, status_code=status, headers=headers)
+
+
 def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg: GatewayConfig, terms: Terms) -> None:
     """Add the Responses API's routes to ``app``; ``coordinator(method, *args, owner=, retry=)`` calls a
     coordinator shard, ``tenant`` and ``key`` are the gateway's dependencies for the caller and the
     Idempotency-Key header."""
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        """A Responses API body that does not parse is a 400 naming the field, as OpenAI answers it."""
+        if not request.url.path.startswith("/v1/responses"):
+            return await request_validation_exception_handler(request, exc)
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"] if p != "body")
+        return error_response(request, 400, f"{where}: {first['msg']}")
 
     async def records(sid: str, who: str, turn: int = 0) -> list[dict[str, Any]]:
         """The session's published records, once they hold turn ``turn`` (the coordinator answers a post

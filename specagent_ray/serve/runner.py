@@ -152,7 +152,7 @@ class SessionRunner:
         source = self.cfg.tool_sources[s.request.tool_source]
         if isinstance(source, ClientSource):
             async def run(call: ToolCall, key: str | None):
-                return await s.client_call(call, key or f"{s.id}:r{len(s.events) + len(s.unpublished)}")
+                return await s.client_call(call, key or s.read_call_id(call))
         else:
             async def run(call: ToolCall, key: str | None):
                 epoch = self.log.epoch if key is not None else None  # writes carry the lease epoch

@@ -104,6 +104,7 @@ class Session:
     committed_keys: set[str] = field(default_factory=set)
     inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     pending_calls: dict[str, asyncio.Future] = field(default_factory=dict)
+    posted: dict[str, Observation] = field(default_factory=dict)  # client tool results by call id
     termination: str | None = None
     error: str | None = None
     reward: float | None = None
@@ -115,6 +116,7 @@ class Session:
     overheads: MutableSequence[float] = field(default_factory=list)  # coordinator time per committed step, s
     log_waits: MutableSequence[float] = field(default_factory=list)  # waits for an intent to be durable, s
     _calls_logged: int = 0
+    _reads: int = 0  # client reads asked since the last commit
     _last_staged: str | None = None
     _key_of: dict[str, str] = field(default_factory=dict)  # action key -> idempotency key (uncommitted)
     _outside: float = 0.0
@@ -179,6 +181,7 @@ class Session:
         self.steps.extend(steps)
         self.committed_keys.update(k for k in keys if k)
         self.approvals.consumed()
+        self._reads = 0
         calls = self.ledger.calls[self._calls_logged:]
         self._calls_logged = len(self.ledger.calls)
         self.record(Commit(steps=[step_dict(s) for s in steps], keys=keys, calls=[call_dict(c) for c in calls]))
@@ -281,6 +284,12 @@ class Session:
                     self.status, self.termination, self.error = status, termination, error
                 case ModelCalls(calls=calls):
                     self.ledger.calls.extend(call_from(c.model_dump()) for c in calls)
+                case ToolCallPending(call_id=call_id):
+                    self.pending_calls[call_id] = asyncio.get_running_loop().create_future()  # asked before
+                case ToolResultPosted(call_id=call_id, observation=obs):
+                    self.pending_calls.pop(call_id, None)
+                    self.posted[call_id] = observation_from(obs.model_dump())
+                    restore_turn(self, rec)
                 case _:
                     restore_turn(self, rec)
         self._calls_logged = len(self.ledger.calls)
@@ -314,11 +323,22 @@ class Session:
 
     # -- client-side tools --------------------------------------------------------------------------
 
+    def read_call_id(self, call: ToolCall) -> str:
+        """A client read's call id: the committed position, the reads asked since, and the call. A restart
+        that drafts the same reads again asks with the same ids, so results the client posts still fit."""
+        self._reads += 1
+        return f"{self.id}:r{len(self.steps)}.{self._reads}-{hashlib.sha256(call.key().encode()).hexdigest()[:8]}"
+
     async def client_call(self, call: ToolCall, call_id: str) -> Observation:
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.pending_calls[call_id] = future
-        self.flush_calls()
-        self.record(ToolCallPending(call_id=call_id, name=call.name, arguments=call.arguments))
+        """The client's result of ``call``: one it posted already (before a restart) is not asked again,
+        and a call asked before a restart keeps waiting under the same id."""
+        if call_id in self.posted:
+            return self.posted[call_id]
+        future = self.pending_calls.get(call_id)
+        if future is None:
+            future = self.pending_calls[call_id] = asyncio.get_running_loop().create_future()
+            self.flush_calls()
+            self.record(ToolCallPending(call_id=call_id, name=call.name, arguments=call.arguments))
         self.status = "waiting_tool"
         try:
             with self.outside():
@@ -341,6 +361,7 @@ class Session:
             pending = ", ".join(sorted(self.pending_calls)) or "none"
             raise NotFound(f"session {self.id} has no pending tool call {call_id!r} (pending: {pending})")
         self.record(ToolResultPosted(call_id=call_id, observation=observation_dict(observation)))
+        self.posted[call_id] = observation
         future.set_result(observation)
 
 

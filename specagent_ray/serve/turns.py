@@ -112,12 +112,16 @@ class Turns:
     keys: dict[str, int] = field(default_factory=dict)  # a turn's Idempotency-Key -> its number
     took: dict[str, int] = field(default_factory=dict)  # "call:<id>" / "approval:<id>" -> the turn that took it
 
-    def repeat(self, post: TurnPost, key: str | None) -> int | None:
-        """The turn that already took this post (by its key, or every input it carries), or None."""
+    def repeat(self, post: TurnPost, key: str | None, approvals: Approvals) -> int | None:
+        """The turn that already took this post (by its key, or every input it carries), or None; 409 for
+        an approval answered otherwise before."""
         if key is not None and key in self.keys:
             return self.keys[key]
         taken = {self.took.get(ident) for ident in map(identity, post.inputs)}
         if len(taken) == 1 and None not in taken:
+            for item in post.inputs:
+                if isinstance(item, ApprovalPost):
+                    approvals.answer(item)  # the same answer records nothing; another is a conflict
             return taken.pop()
         return None
 

@@ -1,0 +1,207 @@
+"""The Responses API through the official OpenAI SDK (pinned, unchanged), against the real gateway and
+coordinator in process, with real MCP servers: the project's bank server (``--journal`` counts calls on
+the server's side, never on the client's word) and mcp-server-git from PyPI. The engines follow the plan
+written in each user message (``models/plan.py``): ``... weak {...}`` makes the weak model draft other
+arguments, which the verifier rejects and repairs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from specagent_ray.testing.gateway_server import in_process_gateway
+
+BANK = [sys.executable, "-m", "specagent_ray.testing.mcp_server"]
+MCP = [{"type": "mcp", "server_label": "bank"}]
+LOOKUP = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
+
+
+def transfer(amount: int, weak: int | None = None) -> str:
+    args = lambda n: json.dumps({"source": "alice", "target": "bob", "amount": n})  # noqa: E731
+    return f"call transfer {args(amount)}" + (f" weak {args(weak)}" if weak is not None else "")
+
+
+class Bank:
+    def __init__(self, where: Path):
+        self.journal = where / "journal.jsonl"
+        self.command = [*BANK, "--journal", str(self.journal)]
+
+    def calls(self, name: str) -> list[dict]:
+        lines = self.journal.read_text().splitlines() if self.journal.exists() else []
+        return [c for c in map(json.loads, lines) if c["name"] == name]
+
+
+def app_config(bank: Bank, **extra: dict) -> dict:
+    sources = {"bank": {"kind": "mcp", "command": bank.command, "trusted": True}, "app": {"kind": "client"}}
+    return {"engines": {"kind": "scripted"}, "tool_sources": {**sources, **extra}}
+
+
+@pytest.fixture
+def bank(tmp_path: Path) -> Bank:
+    return Bank(tmp_path)
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, bank: Bank):
+    with in_process_gateway(tmp_path / "log", app=app_config(bank), keys=("dev-key", "other-key"),
+                            gateway={"model_aliases": {"my-agent": "specagent"}}) as url:
+        yield url
+
+
+def sdk(url: str, key: str = "dev-key") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def records(url: str, response_id: str) -> list[dict]:
+    """The session log's records behind a response (its id names the session)."""
+    sid = response_id.removeprefix("resp_").rsplit("_", 1)[0]
+    with httpx.stream("GET", f"{url}/v1/sessions/{sid}/events", headers={"X-API-Key": "dev-key"},
+                      params={"after": 0}, timeout=30) as r:
+        out = []
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                out.append(json.loads(line[6:]))
+            if out and out[-1]["t"] in ("agent_message", "tool_call_pending", "approval_request", "final") \
+                    and line == "":
+                break
+        return out
+
+
+def test_mcp_reads_run_while_drafting_the_write_runs_once_after_acceptance_and_output_is_committed(gateway, bank):
+    r = sdk(gateway).responses.create(model="my-agent", input=f'call get_balance {{"account": "alice"}}; '
+                                      f'{transfer(30)}; say Moved 30.', tools=MCP, instructions="You are a teller.")
+    assert r.status == "completed" and r.output_text == "Moved 30." and r.model == "my-agent"
+    assert [(i.type, getattr(i, "name", None)) for i in r.output] == [
+        ("mcp_list_tools", None), ("mcp_call", "get_balance"), ("mcp_call", "transfer"), ("message", None)]
+    assert r.output[1].output == "100" and "moved 30" in r.output[2].output
+    assert [c["arguments"]["amount"] for c in bank.calls("transfer")] == [30]
+    kinds = [x["t"] for x in records(gateway, r.id)]
+    assert kinds.index("tool_result") < kinds.index("staged") < kinds.index("accepted") < kinds.index("intent")
+    spec = r.usage.speculation  # the extra field, kept by the SDK
+    assert spec["blocks"] == 1 and spec["accepted_steps"] == 2 and r.usage.input_tokens > 0
+
+
+def test_a_rejected_draft_write_never_reaches_the_server_nor_the_output_nor_the_stream(gateway, bank):
+    client = sdk(gateway)
+    with client.responses.stream(model="specagent", input=f"{transfer(5, weak=500)}; say ok", tools=MCP) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert [c["arguments"]["amount"] for c in bank.calls("transfer")] == [5]
+    assert "500" not in json.dumps([e.to_dict() for e in events]) and "500" not in final.model_dump_json(warnings=False)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert [i.type for i in final.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert {"response.mcp_call.completed", "response.output_text.delta"} <= {e.type for e in events}
+    assert final.usage.speculation["accepted_steps"] == 0  # the verifier rejected the draft's only step
+
+
+def test_a_function_tool_round_trip_continues_with_previous_response_id(gateway):
+    client = sdk(gateway)
+    first = client.responses.create(model="specagent", input='call lookup {"q": "rate"}; say the rate is in',
+                                    tools=[LOOKUP])
+    call = first.output[-1]
+    assert first.status == "completed" and call.type == "function_call" and json.loads(call.arguments) == {"q": "rate"}
+    second = client.responses.create(model="specagent", previous_response_id=first.id, tools=[LOOKUP],
+                                     input=[{"type": "function_call_output", "call_id": call.call_id, "output": "1.1"}])
+    assert second.previous_response_id == first.id and second.output_text == "the rate is in"
+    items = client.responses.input_items.list(second.id)
+    assert [(i.type, i.output) for i in items.data] == [("function_call_output", "1.1")]
+    with pytest.raises(openai.ConflictError, match="latest"):  # an older response cannot be continued
+        client.responses.create(model="specagent", previous_response_id=first.id, input="say again")
+
+
+def test_a_continuation_survives_a_coordinator_restart(tmp_path, bank):
+    cfg = {"app": app_config(bank), "lease_s": 0.3, "lease_skew_s": 0.0}
+    with in_process_gateway(tmp_path / "log", **cfg) as url:
+        first = sdk(url).responses.create(model="specagent", input='call lookup {"q": "x"}; say done', tools=[LOOKUP])
+    with in_process_gateway(tmp_path / "log", **cfg) as url:  # a new coordinator replays the same log
+        call = first.output[-1]
+        second = sdk(url).responses.create(model="specagent", previous_response_id=first.id, input=[
+            {"type": "function_call_output", "call_id": call.call_id, "output": "found"}])
+        assert second.status == "completed" and second.output_text == "done"
+        assert sdk(url).responses.retrieve(first.id).output[-1].call_id == call.call_id
+
+
+def test_approvals_a_verified_write_waits_runs_once_when_approved_twice_and_never_when_denied(gateway, bank):
+    client = sdk(gateway)
+    tools = [{"type": "mcp", "server_label": "bank", "require_approval": "always"}]
+    asked = client.responses.create(model="specagent", input=f"{transfer(7)}; say sent", tools=tools)
+    request = asked.output[-1]
+    assert request.type == "mcp_approval_request" and request.name == "transfer" and bank.calls("transfer") == []
+    approve = [{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}]
+    done = client.responses.create(model="specagent", previous_response_id=asked.id, input=approve)
+    again = client.responses.create(model="specagent", previous_response_id=asked.id, input=approve)
+    assert done.id == again.id and done.output_text == "sent"
+    assert [c["arguments"]["amount"] for c in bank.calls("transfer")] == [7]
+    assert [i.type for i in done.output] == ["mcp_call", "message"]
+
+    denied_ask = client.responses.create(model="specagent", previous_response_id=done.id, input=f"{transfer(9)}")
+    deny = [{"type": "mcp_approval_response", "approval_request_id": denied_ask.output[-1].id, "approve": False,
+             "reason": "not today"}]
+    denied = client.responses.create(model="specagent", previous_response_id=denied_ask.id, input=deny)
+    assert denied.output_text == "Done." and [i.type for i in denied.output] == ["message"]
+    assert [c["arguments"]["amount"] for c in bank.calls("transfer")] == [7]
+    with pytest.raises(openai.ConflictError, match="already denied"):
+        client.responses.create(model="specagent", previous_response_id=denied_ask.id,
+                                input=[{**deny[0], "approve": True}])
+
+
+def test_refusals_server_url_another_tenant_weak_model_and_unsupported_parameters(gateway):
+    client, other = sdk(gateway), sdk(gateway, "other-key")
+    with pytest.raises(openai.BadRequestError, match="server_url"):
+        client.responses.create(model="specagent", input="say hi", tools=[
+            {"type": "mcp", "server_label": "bank", "server_url": "http://169.254.169.254/"}])
+    with pytest.raises(openai.PermissionDeniedError, match="'weak' is not served"):
+        client.responses.create(model="weak", input="say hi", tools=MCP)
+    for unsupported, name in (({"temperature": 0.2}, "temperature"), ({"tool_choice": "required"}, "tool_choice")):
+        with pytest.raises(openai.BadRequestError, match=name):
+            client.responses.create(model="specagent", input="say hi", **unsupported)
+    with pytest.raises(openai.BadRequestError, match="web_search"):
+        client.responses.create(model="specagent", input="say hi", tools=[{"type": "web_search"}])
+    mine = client.responses.create(model="specagent", input="say hi")
+    for attempt in (lambda: other.responses.retrieve(mine.id), lambda: other.responses.cancel(mine.id),
+                    lambda: other.responses.delete(mine.id),
+                    lambda: other.responses.create(model="specagent", previous_response_id=mine.id, input="say x")):
+        with pytest.raises(openai.NotFoundError):
+            attempt()
+    assert client.responses.retrieve(mine.id).output_text == "hi"  # untouched by the other tenant
+    client.responses.delete(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(mine.id)
+
+
+def test_background_returns_at_once_and_polling_reaches_completed(gateway, bank):
+    client = sdk(gateway)
+    started = client.responses.create(model="specagent", input=f"{transfer(3)}; say ok", tools=MCP, background=True)
+    assert started.background is True and started.status in ("in_progress", "completed")
+    deadline = time.monotonic() + 30
+    while (polled := client.responses.retrieve(started.id)).status == "in_progress":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert polled.status == "completed" and polled.output_text == "ok" and len(bank.calls("transfer")) == 1
+
+
+def test_the_reference_git_server_from_pypi_stages_only_the_verified_file(tmp_path):
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for name in ("a.txt", "b.txt"):
+        (repo / name).write_text(name)
+    server = str(Path(sys.executable).parent / "mcp-server-git")  # the dev extra installs it next to python
+    git = {"kind": "mcp", "command": [server, "--repository", str(repo)], "trusted": True}
+    with in_process_gateway(tmp_path / "log", app={"engines": {"kind": "scripted"}, "tool_sources": {"git": git}}) as url:
+        add = lambda f: json.dumps({"repo_path": str(repo), "files": [f]})  # noqa: E731
+        r = sdk(url).responses.create(model="specagent", tools=[{"type": "mcp", "server_label": "git"}],
+                                      input=f'call git_status {{"repo_path": "{repo}"}}; '
+                                            f'call git_add {add("a.txt")} weak {add("b.txt")}; say staged')
+    staged = subprocess.run(["git", "-C", str(repo), "diff", "--cached", "--name-only"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert staged == ["a.txt"] and r.output_text == "staged"
+    assert [(i.type, getattr(i, "name", None)) for i in r.output][1:] == [
+        ("mcp_call", "git_status"), ("mcp_call", "git_add"), ("message", None)]
