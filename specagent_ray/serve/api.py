@@ -228,6 +228,9 @@ class Offer:
             required.append("task_id")
         if not terms.client_tools:
             props["client_tools"] = {**props["client_tools"], "maxItems": 0}
+        # Which names a source's catalog holds is known only once a session describes it: the schema
+        # publishes no allowed_tools (a server takes them, and answers 400 for a name its source lacks).
+        props["allowed_tools"] = {"type": "null", "description": props["allowed_tools"].get("description", "")}
         return {"type": "object", "title": f"{name}, user {user}", "properties": props,
                 "required": required, "additionalProperties": False}
 

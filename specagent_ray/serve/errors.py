@@ -91,9 +91,9 @@ HEADERS = {401: {"WWW-Authenticate": {"description": "the scheme to authenticate
            429: {"Retry-After": RETRY_AFTER}, 503: {"Retry-After": RETRY_AFTER}}
 
 
-def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+def documented(*statuses: int, body_schema: str = "ErrorDetail") -> dict[int | str, dict[str, Any]]:
     """FastAPI ``responses`` for these error statuses: each says when it happens, that its body is a JSON
-    ``ErrorDetail`` (a component the gateway's schema defines), and the headers it always carries."""
-    body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}}
+    ``body_schema`` (a component the gateway's schema defines), and the headers it always carries."""
+    body = {"application/json": {"schema": {"$ref": f"#/components/schemas/{body_schema}"}}}
     return {status: {"description": WHEN[status], "content": body,
                      **({"headers": HEADERS[status]} if status in HEADERS else {})} for status in sorted(statuses)}

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from ..protocol.baselines import METHODS
 from .api import Approval, ClientTool, CreateSession, ToolResult, UserMessage
-from .config import AppConfig, ClientSource, McpSource
+from .config import AppConfig, ClientSource, McpSource, SimEngines
 from .errors import BadRequest
 from .records import TurnMeta
 from .turns import ApprovalPost, TurnPost
@@ -76,9 +76,13 @@ class Terms:
     function_source: str | None
 
     @classmethod
-    def of(cls, cfg: AppConfig) -> Terms:
+    def of(cls, cfg: AppConfig) -> Terms | None:
+        """The terms of a server with config ``cfg``; None where no response could run (no MCP or client
+        tool source, or simulated engines, which only replay benchmarks): it serves no Responses routes."""
         clients = [n for n, s in cfg.tool_sources.items() if isinstance(s, ClientSource)]
         mcp = tuple(n for n, s in cfg.tool_sources.items() if isinstance(s, McpSource))
+        if isinstance(cfg.engines, SimEngines) or not (mcp or clients):
+            return None
         return cls(tuple(cfg.methods), dict(cfg.gateway.model_aliases), mcp, clients[0] if clients else None)
 
     def method(self, model: str) -> str:

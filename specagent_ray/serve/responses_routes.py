@@ -47,6 +47,17 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
                404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 429: "rate_limit_error"}
 
 
+OPENAI_ERROR = {"title": "OpenAIError", "type": "object", "required": ["error"], "description": "An error on the "
+                "Responses API's routes, in OpenAI's shape (the SDK reads its message)", "properties": {"error": {
+                    "type": "object", "required": ["message", "type"], "properties": {
+                        "message": {"type": "string"}, "type": {"type": "string"},
+                        "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return documented(*KEYED, *statuses, body_schema="OpenAIError")
+
+
 def error_response(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """An error's body: ``{"detail": ...}`` on the sessions API, OpenAI's ``{"error": {...}}`` on the
     Responses API's routes, whose clients (the OpenAI SDK) read the message from there."""
@@ -60,6 +71,15 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
     """Add the Responses API's routes to ``app``; ``coordinator(method, *args, owner=, retry=)`` calls a
     coordinator shard, ``tenant`` and ``key`` are the gateway's dependencies for the caller and the
     Idempotency-Key header."""
+
+    default_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        spec = default_openapi()
+        spec["components"]["schemas"].setdefault("OpenAIError", OPENAI_ERROR)
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -128,7 +148,7 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                          "param": None})
 
     @app.post("/v1/responses", operation_id="create_response", response_model=None,
-              responses=documented(*KEYED, 400, 403, 404, 409, 413))
+              responses=errors(400, 403, 404, 409, 413))
     async def create_response(body: ResponseCreate, who: str = tenant, idempotency_key: str | None = key) -> Any:
         """A response: the next turn of an agent conversation (a new one without ``previous_response_id``)."""
         now, retry = int(time.time()), idempotency_key is not None
@@ -153,8 +173,7 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
             return response(seen, sid, n, label(seen))
         return await finished(sid, n, who)
 
-    @app.get("/v1/responses/{rid}", operation_id="get_response", response_model=None,
-             responses=documented(*KEYED, 404))
+    @app.get("/v1/responses/{rid}", operation_id="get_response", response_model=None, responses=errors(404))
     async def get_response(rid: str, who: str = tenant) -> dict[str, Any]:
         """A response as it stands: poll it until its status is no longer in_progress."""
         sid, n = parse_response_id(rid)
@@ -162,7 +181,7 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         return response(seen, sid, n, label(seen))
 
     @app.post("/v1/responses/{rid}/cancel", operation_id="cancel_response", response_model=None,
-              responses=documented(*KEYED, 404, 409))
+              responses=errors(404, 409))
     async def cancel_response(rid: str, who: str = tenant) -> dict[str, Any]:
         """Cancel a response in progress: its conversation's session ends as cancelled."""
         sid, n = parse_response_id(rid)
@@ -176,7 +195,7 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         return response(seen, sid, n, label(seen))
 
     @app.delete("/v1/responses/{rid}", operation_id="delete_response", response_model=None,
-                responses=documented(*KEYED, 404))
+                responses=errors(404))
     async def delete_response(rid: str, who: str = tenant) -> dict[str, Any]:
         """Delete the conversation this response belongs to: it ends, and its responses answer 404."""
         sid, n = parse_response_id(rid)
@@ -185,7 +204,7 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         return {"id": rid, "object": "response.deleted", "deleted": True}
 
     @app.get("/v1/responses/{rid}/input_items", operation_id="list_input_items", response_model=None,
-             responses=documented(*KEYED, 404))
+             responses=errors(400, 404))
     async def list_input_items(rid: str, request: Request, who: str = tenant,
                                limit: int = Query(20, ge=1, le=100), order: str = Query("desc", pattern="^(asc|desc)$"),
                                after: str | None = Query(None, max_length=200)) -> dict[str, Any]:
