@@ -117,6 +117,7 @@ def test_a_function_tool_round_trip_continues_with_previous_response_id(gateway)
         client.responses.create(model="specagent", previous_response_id=first.id, input="say again")
 
 
+@pytest.mark.slow  # two gateways, one after the other (the fast tier stays under 90 s)
 def test_a_continuation_survives_a_coordinator_restart(tmp_path, bank):
     cfg = {"app": app_config(bank), "lease_s": 0.3, "lease_skew_s": 0.0}
     with in_process_gateway(tmp_path / "log", **cfg) as url:
@@ -188,6 +189,7 @@ def test_background_returns_at_once_and_polling_reaches_completed(gateway, bank)
     assert polled.status == "completed" and polled.output_text == "ok" and len(bank.calls("transfer")) == 1
 
 
+@pytest.mark.slow  # starts mcp-server-git and git
 def test_the_reference_git_server_from_pypi_stages_only_the_verified_file(tmp_path):
     repo = tmp_path / "repo"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
