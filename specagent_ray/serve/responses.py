@@ -8,7 +8,7 @@ here keeps state: the session log does (``response_items.py`` reads it back).
 Refusals, each naming what it refuses: a parameter this server does not support (400: nothing is
 silently ignored), a tool that would make the server reach a URL of the client's choosing (400), an
 unknown model (400; a method the profile does not serve is the coordinator's 403), a continuation
-that changes the conversation's model, instructions or tools (400).
+that changes the conversation's model, instructions or tools (409: the conversation has them).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from ..protocol.baselines import METHODS
 from .api import Approval, ClientTool, CreateSession, ToolResult, UserMessage
 from .config import AppConfig, ClientSource, McpSource, SimEngines
-from .errors import BadRequest
+from .errors import BadRequest, Conflict
 from .records import TurnMeta
 from .turns import ApprovalPost, TurnPost
 
@@ -207,14 +207,14 @@ def turn_post(body: ResponseCreate, previous: int, request: CreateSession, terms
     if why is not None:
         raise BadRequest(why)
     if terms.method(body.model) != request.method:
-        raise BadRequest(f"a conversation keeps its model: this one runs {request.method!r}")
+        raise Conflict(f"a conversation keeps its model: this one runs {request.method!r}")
     if body.instructions is not None and body.instructions != request.instructions:
-        raise BadRequest("a conversation keeps its instructions: omit them, or send the same")
+        raise Conflict("a conversation keeps its instructions: omit them, or send the same")
     if body.tools is not None:
         source, client_tools, allowed, approval = tools_of(body.tools, terms)
         if (source, client_tools, allowed, approval) != (request.tool_source, request.client_tools,
                                                          request.allowed_tools, request.approval):
-            raise BadRequest("a conversation keeps its tools: omit them, or send the same")
+            raise Conflict("a conversation keeps its tools: omit them, or send the same")
     return _validated(TurnPost, previous=previous, inputs=inputs(body.input), meta=meta(body, created_at))
 
 
@@ -257,6 +257,57 @@ def _validated(model: type[BaseModel], **fields: Any) -> Any:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or model.__name__
         raise BadRequest(f"{model.__name__.lower()}: {where}: {first['msg']}") from None
+
+
+# -- the published schema ---------------------------------------------------------------------------------
+
+def create_schema(terms: Terms) -> dict[str, Any]:
+    """``POST /v1/responses``'s body as this server takes it: every body the schema allows is one it can
+    run (or answers 403, 404, 409, 413 or 429 for reasons no schema can see), in two alternatives, a new
+    conversation and a continuation. Function tools (whose ``parameters`` are a client's JSON Schema,
+    checked as ``ClientTool`` does) and ``allowed_tools`` (which names only the server's catalog knows)
+    are taken but not published; a server without a client source needs one MCP tool."""
+    text = {"type": "string", "minLength": 1, "maxLength": 20000}
+    part = {"type": "object", "required": ["type", "text"], "additionalProperties": False,
+            "properties": {"type": {"const": "input_text"}, "text": text}}
+    message = {"type": "object", "required": ["role", "content"], "additionalProperties": False, "properties": {
+        "type": {"const": "message"}, "role": {"const": "user"},
+        "content": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 1, "items": part}]}}}
+    output = {"type": "object", "required": ["type", "call_id", "output"], "additionalProperties": False,
+              "properties": {"type": {"const": "function_call_output"},
+                             "call_id": {"type": "string", "minLength": 1, "maxLength": 200},
+                             "output": {"type": "string", "maxLength": 100_000}}}
+    answer = {"type": "object", "required": ["type", "approval_request_id", "approve"], "additionalProperties": False,
+              "properties": {"type": {"const": "mcp_approval_response"},
+                             "approval_request_id": {"type": "string", "minLength": 1, "maxLength": 200},
+                             "approve": {"type": "boolean"}, "reason": {"type": ["string", "null"], "maxLength": 2000}}}
+    names = {"type": "array", "maxItems": 128, "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,128}$"}}
+    rule = {"anyOf": [{"enum": ["always", "never"]}, {"type": "object", "additionalProperties": False, "properties": {
+        side: {"type": "object", "additionalProperties": False, "properties": {"tool_names": names}}
+        for side in ("always", "never")}}]}
+    mcp = {"type": "object", "required": ["type", "server_label"], "additionalProperties": False, "properties": {
+        "type": {"const": "mcp"}, "server_label": {"enum": list(terms.mcp)}, "require_approval": rule,
+        "server_description": {"type": "string", "maxLength": 2000}}}
+    tools = {"type": "array", "minItems": 0 if terms.function_source else 1, "maxItems": 1, "items": mcp}
+    common = {
+        "model": {"enum": [*terms.methods, *terms.aliases]},
+        "instructions": {"type": ["string", "null"], "maxLength": 20000},
+        "stream": {"type": "boolean"}, "background": {"type": "boolean"}, "store": {"enum": [True, None]},
+        "metadata": {"type": ["object", "null"], "maxProperties": 16, "propertyNames": {"maxLength": 64},
+                     "additionalProperties": {"type": "string", "maxLength": 512}},
+        "tool_choice": {"enum": ["auto", None]}, "parallel_tool_calls": {"type": ["boolean", "null"]},
+        "tools": tools}
+    first = {"type": "object", "title": "a new conversation", "additionalProperties": False,
+             "required": ["model", "input", *([] if terms.function_source else ["tools"])],
+             "properties": {**common, "input": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 1,
+                                                                  "items": message}]}}}
+    pattern = RESPONSE_ID.pattern
+    more = {"type": "object", "title": "a continuation", "additionalProperties": False,
+            "required": ["model", "input", "previous_response_id"],
+            "properties": {**common, "previous_response_id": {"type": "string", "pattern": pattern},
+                           "input": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 16,
+                                                      "items": {"anyOf": [message, output, answer]}}]}}}
+    return {"title": "ResponseCreate", "anyOf": [first, more]}
 
 
 def sse(event: dict[str, Any]) -> str:

@@ -33,10 +33,23 @@ from .response_items import (
     status_of,
     turn_records,
 )
-from .responses import ResponseCreate, Terms, create_request, meta, parse_response_id, sse, turn_post
+from .responses import (
+    ResponseCreate,
+    Terms,
+    create_request,
+    create_schema,
+    meta,
+    parse_response_id,
+    sse,
+    turn_post,
+)
 
 Call = Callable[..., Awaitable[Any]]
 KEYED = (401, 429, 500, 503)
+RESPONSE = "$response.body#/id"
+LINKS = {name: {"operationId": op, "parameters": {"rid": RESPONSE}} for name, op in (
+    ("GetResponse", "get_response"), ("CancelResponse", "cancel_response"), ("DeleteResponse", "delete_response"),
+    ("InputItems", "list_input_items"))}
 
 
 class ResponseEvents(StreamingResponse):
@@ -76,7 +89,8 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
 
     def openapi() -> dict[str, Any]:
         spec = default_openapi()
-        spec["components"]["schemas"].setdefault("OpenAIError", OPENAI_ERROR)
+        schemas = spec["components"]["schemas"]
+        schemas["OpenAIError"], schemas["ResponseCreate"] = OPENAI_ERROR, create_schema(terms)
         return spec
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -148,7 +162,10 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                          "param": None})
 
     @app.post("/v1/responses", operation_id="create_response", response_model=None,
-              responses=errors(400, 403, 404, 409, 413))
+              responses={200: {"description": "the response (a JSON object), or its events (stream: true)",
+                               "content": {"application/json": {"schema": {"type": "object"}},
+                                           "text/event-stream": {"schema": {"type": "string"}}},
+                               "links": LINKS}, **errors(400, 403, 404, 409, 413)})
     async def create_response(body: ResponseCreate, who: str = tenant, idempotency_key: str | None = key) -> Any:
         """A response: the next turn of an agent conversation (a new one without ``previous_response_id``)."""
         now, retry = int(time.time()), idempotency_key is not None

@@ -230,3 +230,43 @@ def test_a_coordinator_that_cannot_start_gets_503_within_the_patience_and_the_wa
         assert httpx.get(f"{url}/v1/stats", headers={"X-API-Key": KEY}).status_code == 200  # the other app serves
     finally:
         serve.delete("doomed")
+
+
+def test_the_openai_sdk_runs_a_verified_agent_through_serve_and_continues_after_a_coordinator_crash(url, tmp_path):
+    """The Responses API on Serve: an app with plan-following engines, the bank MCP server and a client
+    source, driven by the official SDK. The MCP write runs once; a function call's conversation goes on
+    after its coordinator replica is killed (the continuation carries an Idempotency-Key, so the gateway
+    waits the restart out)."""
+    import json
+    import sys
+
+    import openai
+
+    journal = tmp_path / "journal.jsonl"
+    bank = [sys.executable, "-m", "specagent_ray.testing.mcp_server", "--journal", str(journal)]
+    sim = load_profile("sim", {"session_log": str(tmp_path / "log"), "coordinators": 1, "tool_hosts": 1,
+                               "tool_sources": {"bank": {"kind": "mcp", "command": bank, "trusted": True},
+                                                "app": {"kind": "client"}}}).applications[0]
+    agents = sim.model_copy(update={"args": {**sim.args, "engines": {"kind": "scripted"}}})  # merging would keep sim's
+    deploy([("agents", "/agents", agents)])
+    try:
+        wait_for_http(f"{url}/agents/healthz", 120)
+        client = openai.OpenAI(base_url=f"{url}/agents/v1", api_key=KEY, max_retries=0, timeout=180)
+        move = json.dumps({"source": "alice", "target": "bob", "amount": 30})
+        r = client.responses.create(model="specagent", tools=[{"type": "mcp", "server_label": "bank"}],
+                                    input=f'call get_balance {{"account": "alice"}}; call transfer {move}; say ok')
+        assert [i.type for i in r.output] == ["mcp_list_tools", "mcp_call", "mcp_call", "message"]
+        assert journal.read_text().count('"transfer"') == 1
+        lookup = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+        asked = client.responses.create(model="specagent", tools=[lookup], input="call lookup; say found it")
+        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                 if a["namespace"] == "serve" and "#agents#Coordinator#" in a["name"].replace("::", "#")]
+        assert names, "no coordinator replica of the agents app"
+        ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)
+        done = client.responses.create(model="specagent", previous_response_id=asked.id,
+                                       extra_headers={"Idempotency-Key": "continue-1"}, input=[
+                                           {"type": "function_call_output", "call_id": asked.output[-1].call_id,
+                                            "output": "42"}])
+        assert done.output_text == "found it" and done.previous_response_id == asked.id
+    finally:
+        serve.delete("agents")
