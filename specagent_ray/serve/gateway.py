@@ -124,7 +124,7 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await _too_large(self.limit, send)
+            return await _too_large(self.limit, send, scope)
         seen = 0
 
         async def counted() -> dict:
@@ -138,15 +138,17 @@ class BodyLimit:
         try:
             await self.app(scope, counted, send)
         except _TooLarge:
-            await _too_large(self.limit, send)
+            await _too_large(self.limit, send, scope)
 
 
 class _TooLarge(Exception):
     pass
 
 
-async def _too_large(limit: int, send: Callable) -> None:
-    body = json.dumps({"detail": f"request body over {limit} bytes"}).encode()
+async def _too_large(limit: int, send: Callable, scope: dict) -> None:
+    detail = f"request body over {limit} bytes"
+    body = json.dumps({"error": {"message": detail, "type": "invalid_request_error", "param": None, "code": None}}
+                      if scope.get("path", "").startswith("/v1/responses") else {"detail": detail}).encode()
     await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": body})
 
@@ -240,6 +242,8 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
         """Starlette's own errors (404 no route, 405); a 405's ``Allow`` lists every method of the path."""
         if exc.status_code == 405:
             exc = HTTPException(405, exc.detail, {**(exc.headers or {}), "Allow": ", ".join(methods_at(app, request))})
+        elif request.url.path.startswith("/v1/responses"):  # a body that is not JSON: OpenAI's error shape
+            return error_response(request, exc.status_code, str(exc.detail), exc.headers)
         return await http_exception_handler(request, exc)
 
     Tenant = Depends(tenant)

@@ -225,8 +225,18 @@ def inputs(given: str | list[dict[str, Any]]) -> list[UserMessage | ToolResult |
     return [_item(item, i) for i, item in enumerate(given)]
 
 
+FIELDS = {"message": {"type", "role", "content"}, "function_call_output": {"type", "call_id", "output"},
+          "mcp_approval_response": {"type", "approval_request_id", "approve", "reason"}}
+
+
 def _item(item: dict[str, Any], i: int) -> UserMessage | ToolResult | ApprovalPost:
     kind = item.get("type", "message")
+    if not isinstance(kind, str):
+        raise BadRequest(f"input[{i}]: type is a string")
+    unknown = sorted(set(item) - FIELDS.get(kind, set(item)))
+    if unknown:
+        raise BadRequest(f"input[{i}]: unsupported field{'s' if len(unknown) > 1 else ''} of a {kind}: "
+                         f"{', '.join(unknown)}")
     if kind == "message" and item.get("role") == "user":
         return _validated(UserMessage, text=_text(item.get("content"), i))
     if kind == "message":
@@ -243,8 +253,8 @@ def _item(item: dict[str, Any], i: int) -> UserMessage | ToolResult | ApprovalPo
 def _text(content: Any, i: int) -> str:
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") in ("input_text", "output_text")
-                                         and isinstance(p.get("text"), str) for p in content):
+    if isinstance(content, list) and all(isinstance(p, dict) and set(p) == {"type", "text"} and p["type"] == "input_text"
+                                         and isinstance(p["text"], str) for p in content):
         return "".join(p["text"] for p in content)
     raise BadRequest(f"input[{i}]: content is a string or a list of input_text parts")
 
@@ -299,7 +309,7 @@ def create_schema(terms: Terms) -> dict[str, Any]:
         "tools": tools}
     first = {"type": "object", "title": "a new conversation", "additionalProperties": False,
              "required": ["model", "input", *([] if terms.function_source else ["tools"])],
-             "properties": {**common, "input": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 1,
+             "properties": {**common, "previous_response_id": {"type": "null"}, "input": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 1,
                                                                   "items": message}]}}}
     pattern = RESPONSE_ID.pattern
     more = {"type": "object", "title": "a continuation", "additionalProperties": False,

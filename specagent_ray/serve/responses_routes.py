@@ -47,6 +47,9 @@ from .responses import (
 Call = Callable[..., Awaitable[Any]]
 KEYED = (401, 429, 500, 503)
 RESPONSE = "$response.body#/id"
+EVENT = {"type": "object", "required": ["data", "event"], "properties": {  # one server-sent event of a stream
+    "data": {"type": "string", "contentMediaType": "application/json", "description": "the event, with its "
+             "type and sequence_number"}, "event": {"type": "string", "description": "the event's type"}}}
 LINKS = {name: {"operationId": op, "parameters": {"rid": RESPONSE}} for name, op in (
     ("GetResponse", "get_response"), ("CancelResponse", "cancel_response"), ("DeleteResponse", "delete_response"),
     ("InputItems", "list_input_items"))}
@@ -164,7 +167,7 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
     @app.post("/v1/responses", operation_id="create_response", response_model=None,
               responses={200: {"description": "the response (a JSON object), or its events (stream: true)",
                                "content": {"application/json": {"schema": {"type": "object"}},
-                                           "text/event-stream": {"schema": {"type": "string"}}},
+                                           "text/event-stream": {"itemSchema": EVENT}},
                                "links": LINKS}, **errors(400, 403, 404, 409, 413)})
     async def create_response(body: ResponseCreate, who: str = tenant, idempotency_key: str | None = key) -> Any:
         """A response: the next turn of an agent conversation (a new one without ``previous_response_id``)."""
