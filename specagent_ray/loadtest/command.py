@@ -25,6 +25,7 @@ EPILOG = """examples:
   specagent-ray loadtest --mode open --rate 20 --duration-s 120
   specagent-ray loadtest --concurrency 1000 --client-processes 4   # the client in 4 processes
   SPECAGENT_API_KEY=... specagent-ray loadtest --url http://specagent.example:8000 --user tau2 --concurrency 64
+  specagent-ray loadtest --api responses --concurrency 100   # 100 conversations on both APIs: the overhead
 
 Without --url, the load generator deploys --profile on a fresh local Ray instance and targets it on
 127.0.0.1 (its dev key is used). With --url, the key comes from the environment variable --api-key-env.
@@ -38,7 +39,11 @@ def add_parser(sub: Any) -> None:
                         epilog=EPILOG, formatter_class=_Formatter)
     where = lt.add_argument_group("target")
     where.add_argument("--url", default=None, help="gateway base URL; default: deploy --profile locally")
-    where.add_argument("--profile", default="sim", help="profile deployed when --url is not given")
+    where.add_argument("--profile", default=None, help="profile deployed when --url is not given (default: sim; "
+                       "scripted with --api responses)")
+    where.add_argument("--api", choices=("sessions", "responses"), default="sessions",
+                       help="sessions: the load below; responses: the same conversations through the sessions "
+                            "API and the Responses API in one run, and the Responses API's latency overhead")
     where.add_argument("--api-key-env", default="SPECAGENT_API_KEY", help="environment variable holding the API key")
     load = lt.add_argument_group("load")
     load.add_argument("--mode", choices=("closed", "open"), default="closed",
@@ -70,6 +75,7 @@ def add_parser(sub: Any) -> None:
                       help="afterwards, this many Strong-only sessions on the same (task, trial)s, for the "
                            "strong-token savings (0: skip)")
     work.add_argument("--baseline-method", default="strong", help="the baseline's method")
+    work.add_argument("--turns", type=int, default=3, help="--api responses: turns per conversation")
     lt.add_argument("--out", type=Path, default=Path("results/loadtest"), help="folder for JSON, CSV and PNG")
 
 
@@ -97,11 +103,13 @@ def config_from(args: argparse.Namespace, url: str, api_key: str) -> LoadConfig:
 
 def run_loadtest(args: argparse.Namespace, console: Console) -> int:
     split(config_from(args, "http://127.0.0.1", "-"), args.client_processes)  # bad arguments fail before
+    run = _run_apis if args.api == "responses" else _run
+    args.profile = args.profile or ("scripted" if args.api == "responses" else "sim")
     if args.url:
         key = os.environ.get(args.api_key_env)
         if not key:
             raise ValueError(f"set the API key in ${args.api_key_env} (or pick another variable with --api-key-env)")
-        return _run(config_from(args, args.url, key), args.out, console, args.client_processes)
+        return run(config_from(args, args.url, key), args.out, console, args.client_processes, args)
     from ..serve.workload import local_cluster
     from ..ports import free_port
 
@@ -112,10 +120,34 @@ def run_loadtest(args: argparse.Namespace, console: Console) -> int:
                                      "queue_limit": max(4096, 8 * max(args.concurrency))}}
         with local_cluster(args.profile, free_port(), overrides) as url:
             key = os.environ.get(args.api_key_env) or "dev-key"
-            return _run(config_from(args, url, key), args.out, console, args.client_processes)
+            return run(config_from(args, url, key), args.out, console, args.client_processes, args)
 
 
-def _run(cfg: LoadConfig, out: Path, console: Console, processes: int = 1) -> int:
+def _run_apis(cfg: LoadConfig, out: Path, console: Console, processes: int, args: argparse.Namespace) -> int:
+    """``--api responses``: ``--sessions`` conversations (at most 100 unless given), ``--concurrency`` at a time."""
+    from .apis import ApiLoad, compare_apis, summary, write
+
+    conversations = min(cfg.sessions, 100) if cfg.sessions == 10_000 else cfg.sessions
+    load = ApiLoad(cfg.url, cfg.api_key, conversations, cfg.concurrency, args.turns, timeout_s=cfg.request_timeout_s)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
+                  transient=True) as progress:
+        bar = progress.add_task("turns", total=conversations * args.turns)
+        result = asyncio.run(compare_apis(load, lambda done: progress.update(bar, completed=done)))
+    s = summary(load, result)
+    for api, st in s["apis"].items():
+        console.print(f"{api:>9} API: {st['turns']} turns, p50 {st.get('p50_ms', 0):.1f} ms, "
+                      f"p95 {st.get('p95_ms', 0):.1f} ms")
+    over = s["responses_overhead"]
+    if over:
+        console.print(f"Responses API overhead: p50 {over['p50_ms']:+.1f} ms, p95 {over['p95_ms']:+.1f} ms "
+                      f"({s['label']}; goal: p50 within +2 ms)")
+    for error in s["errors"][:5]:
+        console.print(f"[red]error:[/red] {escape(error)}", soft_wrap=True)
+    console.print(f"wrote {write(s, out)}")
+    return 0 if not s["errors"] else 1
+
+
+def _run(cfg: LoadConfig, out: Path, console: Console, processes: int = 1, args: Any = None) -> int:
     bound = cfg.duration_s + cfg.drain_s
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as progress:

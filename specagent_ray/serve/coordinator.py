@@ -56,15 +56,13 @@ class Coordinator:
                  shard: int = 0, wall: Callable[[], float] = time.time):
         self.cfg = cfg
         self.shard = shard  # its index among the coordinator shards; session ids name it (shards.py)
-        self.engines = engines
-        self.tool_host = tool_host
+        self.engines, self.tool_host = engines, tool_host
         c = cfg.coordinator
         self.log = SessionLog(store, Lease(store, c.lease_s, c.lease_skew_s, wall=wall), compact_min=c.compact_min)
         self.log.on_fenced = self._fence
         self.fenced: str | None = None
         self.recovery = Recovery(c.retain_finished)
-        self.env = dict(os.environ if env is None else env)
-        self.clock = clock
+        self.env, self.clock = dict(os.environ if env is None else env), clock
         self.sessions: dict[str, Session] = {}
         self.admission = Admission(c, self.engines.queued)
         self.metrics = Metrics()
@@ -156,15 +154,17 @@ class Coordinator:
         await self.commits.stored()
         return summary(s)
 
-    async def respond(self, sid: str, post: TurnPost, owner: str = LOCAL, idempotency_key: str | None = None
-                      ) -> dict[str, Any]:
-        """The next turn (``turns.py``), answered once stored with its number; a repeat records nothing."""
+    async def respond(self, sid: str, post: TurnPost, owner: str = LOCAL, idempotency_key: str | None = None,
+                      wait_s: float = 0.0) -> dict[str, Any]:
+        """The next turn (``turns.py``), answered once stored with its number and where its records begin
+        (and, ``wait_s``, its records once the agent's turn ended); a repeat records nothing."""
         s = self._get(sid, owner)
         n = s.turns.repeat(post, idempotency_key, s.approvals)
         if n is None:
             n = take_turn(self._live(sid, owner), post, idempotency_key, self.cfg.coordinator.inbox_limit)
         await self.commits.stored()
-        return {**summary(s), "turn": n}
+        turn = await s.wait_events(s.turns.starts[n], wait_s, whole_turn=True) if wait_s else {}
+        return {**summary(s), "turn": n, "start": s.turns.starts[n], **turn}
 
     async def post_approval(self, sid: str, post: ApprovalPost, owner: str = LOCAL) -> dict[str, Any]:
         """The client's answer to an approval request; a repeat of the same answer changes nothing."""
@@ -174,15 +174,15 @@ class Coordinator:
 
     async def delete(self, sid: str, owner: str = LOCAL) -> dict[str, Any]:
         """Cancel the session if it runs and hide it from its owner too (its records stay in the log)."""
-        s = self._get(sid, owner)
-        await s.cancel()
+        await (s := self._get(sid, owner)).cancel()
         s.record(Deleted())
         s.deleted = True
         await self.commits.stored()
         return summary(s)
 
-    async def events(self, sid: str, after: int = 0, wait_s: float = 15.0, owner: str = LOCAL) -> dict[str, Any]:
-        return await self._get(sid, owner).wait_events(after, wait_s)
+    async def events(self, sid: str, after: int = 0, wait_s: float = 15.0, owner: str = LOCAL,
+                     whole_turn: bool = False) -> dict[str, Any]:
+        return await self._get(sid, owner).wait_events(after, wait_s, whole_turn)
 
     async def cancel(self, sid: str, owner: str = LOCAL) -> dict[str, Any]:
         s = self._get(sid, owner)

@@ -19,7 +19,7 @@ import yaml
 
 from ..overrides import merge
 
-PROFILES = ("local-cpu", "sim", "gpu-tp16", "edge-cloud")
+PROFILES = ("local-cpu", "sim", "gpu-tp16", "edge-cloud", "scripted")
 OURS = "specagent_ray.serve.app:build_app"
 RAY_LLM = "ray.serve.llm:build_openai_app"
 # deployments/ of the checkout, reached through the package's link to it (specagent_ray/profiles), which a

@@ -25,14 +25,25 @@ BOUNDARIES = ("accepted", "rejected", "redraft", "commit")  # after these, no dr
 FINAL_STATUS = {"done": "completed", "failed": "failed", "cancelled": "cancelled", "timed_out": "incomplete"}
 
 
-def turn_records(records: Records, n: int) -> Records:
-    """The records of turn ``n``: from ``created`` (turn 0) or its ``turn`` record to the next turn's."""
+def turn_start(records: Records, n: int) -> int:
+    """Where turn ``n`` starts in a session's records: at ``created`` (turn 0) or at its ``turn`` record."""
     starts = [0] + [i for i, r in enumerate(records) if r["t"] == "turn"]
     if n >= len(starts):
         from .errors import NotFound
 
         raise NotFound(f"no response {n} in this conversation")
-    return records[starts[n]: starts[n + 1] if n + 1 < len(starts) else len(records)]
+    return starts[n]
+
+
+def turn_records(records: Records, n: int) -> Records:
+    """The records of turn ``n``, up to the next turn's start."""
+    return _until_next(records[turn_start(records, n):])[0]
+
+
+def _until_next(onward: Records) -> tuple[Records, bool]:
+    """The records of the turn that starts ``onward``, and whether it is the latest."""
+    following = next((i for i, r in enumerate(onward) if i and r["t"] == "turn"), None)
+    return (onward, True) if following is None else (onward[:following], False)
 
 
 def status_of(turn: Records, latest: bool) -> str:
@@ -106,12 +117,10 @@ def usage(turn: Records) -> dict[str, Any]:
                             "by_model": by_model}}
 
 
-def response(records: Records, sid: str, n: int, label: str | None) -> dict[str, Any]:
-    """Response ``n`` of the session whose published records are ``records``."""
-    turn = turn_records(records, n)
-    created = records[0]
+def response(created: dict[str, Any], onward: Records, sid: str, n: int, label: str | None) -> dict[str, Any]:
+    """Response ``n`` of a session, from its ``created`` record and its records from turn ``n``'s start on."""
+    turn, latest = _until_next(onward)
     meta = (created.get("turn") if n == 0 else turn[0].get("meta")) or {}
-    latest = n == sum(r["t"] == "turn" for r in records)
     status = status_of(turn, latest)
     final = next((r for r in turn if r["t"] == "final"), None)
     error = {"code": "server_error", "message": final.get("error") or "failed"} if status == "failed" else None

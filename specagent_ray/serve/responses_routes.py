@@ -13,6 +13,7 @@ translated by ``responses.py``, records read back by ``response_items.py``.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -23,16 +24,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from .api import CreateSession
 from .config import GatewayConfig
-from .errors import ApiError, Conflict, documented
-from .response_items import (
-    ended,
-    input_items,
-    item_events,
-    lifecycle,
-    response,
-    status_of,
-    turn_records,
-)
+from .errors import ApiError, Conflict, NotFound, documented
+from .response_items import ended, input_items, item_events, lifecycle, response, turn_start
 from .responses import (
     ResponseCreate,
     Terms,
@@ -107,35 +100,57 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         where = ".".join(str(p) for p in first["loc"] if p != "body")
         return error_response(request, 400, f"{where}: {first['msg']}")
 
-    async def records(sid: str, who: str, turn: int = 0) -> list[dict[str, Any]]:
-        """The session's published records, once they hold turn ``turn`` (the coordinator answers a post
-        once its records are stored; they are published a moment later)."""
-        seen = (await coordinator("events", sid, 0, 0.0, owner=who))["events"]
-        while not seen or sum(r["t"] == "turn" for r in seen) < turn:
-            seen = seen + (await coordinator("events", sid, len(seen), cfg.events_wait_s, owner=who))["events"]
-        return seen
+    created_records: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()  # (tenant, session): immutable
 
-    def label(records: list[dict[str, Any]]) -> str | None:
-        source = records[0]["request"]["tool_source"]
+    async def records(sid: str, who: str, after: int = 0) -> list[dict[str, Any]]:
+        """The session's published records from ``after`` on, once there is one (the coordinator answers
+        a post once its records are stored; they are published a moment later)."""
+        out = await coordinator("events", sid, after, 0.0, owner=who)
+        while not out["events"]:
+            if out["done"]:
+                raise NotFound(f"no records of session {sid} after {after}")
+            out = await coordinator("events", sid, after, cfg.events_wait_s, owner=who)
+        return out["events"]
+
+    async def created(sid: str, who: str) -> dict[str, Any]:
+        """The session's ``created`` record, kept per tenant (a record never changes; another tenant's
+        lookup never reaches this one's entry, and the coordinator answers it 404)."""
+        key = (who, sid)
+        if key not in created_records:
+            created_records[key] = (await records(sid, who))[0]
+            while len(created_records) > 10_000:
+                created_records.popitem(last=False)
+        return created_records[key]
+
+    def label(first: dict[str, Any]) -> str | None:
+        source = first["request"]["tool_source"]
         return source if source in terms.mcp else None
 
-    async def follow(sid: str, n: int, who: str) -> AsyncIterator[list[dict[str, Any]]]:
-        """The session's records, again each time more are published, until turn ``n`` ended."""
-        seen = await records(sid, who, n)
+    async def follow(sid: str, n: int, start: int, who: str, whole: bool = False,
+                     given: list[dict[str, Any]] | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Response ``n`` (its records begin at ``start``; ``given``: those the caller has), again each time
+        more records are published (``whole``: only once its turn ended, in one call, unless that takes
+        over ``events_wait_s``), until the agent's turn ended."""
+        first, seen = await created(sid, who), list(given or [])
         while True:
-            yield seen
-            latest = n == sum(r["t"] == "turn" for r in seen)
-            if status_of(turn_records(seen, n), latest) != "in_progress":
+            out = ({"events": [], "done": False} if given else
+                   await coordinator("events", sid, start + len(seen), cfg.events_wait_s, owner=who, whole_turn=whole))
+            seen, given = seen + out["events"], None
+            if not seen:
+                if out["done"]:
+                    raise NotFound(f"no records of session {sid} after {start}")
+                continue
+            snap = response(first, seen, sid, n, label(first))
+            yield snap
+            if snap["status"] != "in_progress":
                 return
-            more = await coordinator("events", sid, len(seen), cfg.events_wait_s, owner=who)
-            seen = seen + more["events"]
 
-    async def finished(sid: str, n: int, who: str) -> dict[str, Any]:
-        async for seen in follow(sid, n, who):
-            last = seen
-        return response(last, sid, n, label(last))
+    async def stored(sid: str, n: int, who: str) -> dict[str, Any]:
+        """Response ``n`` as it stands now (404 for one that never was)."""
+        seen = await records(sid, who)
+        return response(seen[0], seen[turn_start(seen, n):], sid, n, label(seen[0]))
 
-    async def stream(sid: str, n: int, who: str) -> AsyncIterator[str]:
+    async def stream(sid: str, n: int, start: int, who: str) -> AsyncIterator[str]:
         number = 0
 
         def event(e: dict[str, Any]) -> str:
@@ -145,12 +160,11 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
 
         sent = 0
         try:
-            async for seen in follow(sid, n, who):
-                snap = response(seen, sid, n, label(seen))
-                if sent == 0 and number == 0:
-                    start = {**snap, "status": "in_progress", "output": []}
-                    yield event(lifecycle("created", start))
-                    yield event(lifecycle("in_progress", start))
+            async for snap in follow(sid, n, start, who):
+                if number == 0:
+                    begun = {**snap, "status": "in_progress", "output": []}
+                    yield event(lifecycle("created", begun))
+                    yield event(lifecycle("in_progress", begun))
                 for i, item in enumerate(snap["output"][sent:], start=sent):
                     for e in item_events(item, i):
                         yield event(e)
@@ -175,51 +189,44 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         if body.previous_response_id is None:
             out = await coordinator("create", create_request(body, terms), owner=who, idempotency_key=idempotency_key,
                                     turn=meta(body, now), retry=retry)
-            sid, n = out["session_id"], 0
+            sid, n, start, given = out["session_id"], 0, 0, None
         else:
             sid, previous = parse_response_id(body.previous_response_id)
-            seen = await records(sid, who)
-            latest = sum(r["t"] == "turn" for r in seen)
-            if previous == latest and status_of(turn_records(seen, previous), True) == "in_progress":
-                raise Conflict(f"response {body.previous_response_id} is still in progress")
-            request = CreateSession.model_validate(seen[0]["request"])
+            request = CreateSession.model_validate((await created(sid, who))["request"])
             post = turn_post(body, previous, request, terms, now)
-            n = (await coordinator("respond", sid, post, owner=who, idempotency_key=idempotency_key,
-                                   retry=retry))["turn"]
+            wait = 0.0 if body.stream or body.background else cfg.events_wait_s  # one call: store, run, answer
+            out = await coordinator("respond", sid, post, owner=who, idempotency_key=idempotency_key, retry=retry,
+                                    wait_s=wait)
+            n, start, given = out["turn"], out["start"], out.get("events")
         if body.stream:
-            return ResponseEvents(stream(sid, n, who), headers={"Cache-Control": "no-cache"})
-        if body.background:
-            seen = await records(sid, who, n)
-            return response(seen, sid, n, label(seen))
-        return await finished(sid, n, who)
+            return ResponseEvents(stream(sid, n, start, who), headers={"Cache-Control": "no-cache"})
+        async for snap in follow(sid, n, start, who, whole=not body.background, given=given):
+            if body.background:
+                return snap
+        return snap
 
     @app.get("/v1/responses/{rid}", operation_id="get_response", response_model=None, responses=errors(404))
     async def get_response(rid: str, who: str = tenant) -> dict[str, Any]:
         """A response as it stands: poll it until its status is no longer in_progress."""
-        sid, n = parse_response_id(rid)
-        seen = await records(sid, who)
-        return response(seen, sid, n, label(seen))
+        return await stored(*parse_response_id(rid), who)
 
     @app.post("/v1/responses/{rid}/cancel", operation_id="cancel_response", response_model=None,
               responses=errors(404, 409))
     async def cancel_response(rid: str, who: str = tenant) -> dict[str, Any]:
         """Cancel a response in progress: its conversation's session ends as cancelled."""
         sid, n = parse_response_id(rid)
-        seen = await records(sid, who)
-        latest = n == sum(r["t"] == "turn" for r in seen)
-        status = status_of(turn_records(seen, n), latest)
+        status = (await stored(sid, n, who))["status"]
         if status != "in_progress":
             raise Conflict(f"response {rid} is {status}; only a response in progress can be cancelled")
         await coordinator("cancel", sid, owner=who)
-        seen = await records(sid, who)
-        return response(seen, sid, n, label(seen))
+        return await stored(sid, n, who)
 
     @app.delete("/v1/responses/{rid}", operation_id="delete_response", response_model=None,
                 responses=errors(404))
     async def delete_response(rid: str, who: str = tenant) -> dict[str, Any]:
         """Delete the conversation this response belongs to: it ends, and its responses answer 404."""
         sid, n = parse_response_id(rid)
-        turn_records(await records(sid, who), n)  # 404 for a turn that never was
+        turn_start(await records(sid, who), n)  # 404 for a turn that never was
         await coordinator("delete", sid, owner=who)
         return {"id": rid, "object": "response.deleted", "deleted": True}
 

@@ -45,7 +45,7 @@ from .records import (
     UserMessageRecord,
     parse,
 )
-from .turns import Approvals, Turns, restore_turn
+from .turns import ENDS_TURN, Approvals, Turns, restore_turn
 from .wire import event_dict, observation_dict, observation_from, step_dict, step_from
 
 Status = str  # running | waiting_user | waiting_tool | waiting_approval | done | failed | cancelled | timed_out
@@ -98,6 +98,7 @@ class Session:
     steps: list[Step] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)  # published (durable) records
     unpublished: list[dict[str, Any]] = field(default_factory=list)
+    recorded: int = 0  # records written so far: the next one's seq
     ledger: Ledger = field(default_factory=Ledger)
     intents: dict[str, Intent] = field(default_factory=dict)  # idempotency key -> intent record
     results: dict[str, Observation] = field(default_factory=dict)
@@ -131,6 +132,8 @@ class Session:
     # -- records and events -----------------------------------------------------------------------
 
     def record(self, rec: Record) -> None:
+        self.recorded += 1
+        self.turns.ended |= rec.t in ENDS_TURN
         data = rec.data()
         self.log(self.id, rec, data)
         self.unpublished.append(data)
@@ -142,20 +145,27 @@ class Session:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def wait_events(self, after: int, wait_s: float) -> dict[str, Any]:
-        """The public events from ``after`` on, waiting up to ``wait_s`` for one if there are none yet;
-        ``done`` once the reader has seen the ``final`` event."""
+    async def wait_events(self, after: int, wait_s: float, whole_turn: bool = False) -> dict[str, Any]:
+        """The public events from ``after`` on, waiting up to ``wait_s`` for one if there are none yet
+        (``whole_turn``: until one of them ends the agent's turn, ``ENDS_TURN``); ``done`` once the reader
+        has seen the ``final`` event."""
         if after < 0:
             raise BadRequest(f"after must be >= 0, got {after}")
-        if len(self.events) <= after and not (self.events and self.events[-1]["t"] == "final"):
-            changed = self._changed
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while not self._answered(after, whole_turn):
+            changed, left = self._changed, deadline - asyncio.get_running_loop().time()
             try:
-                await asyncio.wait_for(changed.wait(), wait_s)
+                await asyncio.wait_for(changed.wait(), max(left, 0.0))
             except TimeoutError:
-                pass
+                break
         events = self.events[after:]
         done = bool(self.events) and self.events[-1]["t"] == "final" and after + len(events) >= len(self.events)
         return {"events": events, "status": self.status, "done": done}
+
+    def _answered(self, after: int, whole_turn: bool) -> bool:
+        if self.events and self.events[-1]["t"] == "final":
+            return True
+        return any(e["t"] in ENDS_TURN for e in self.events[after:]) if whole_turn else len(self.events) > after
 
     async def cancel(self) -> None:
         """Stop the session's runner and wait for it to record its end."""
@@ -264,6 +274,7 @@ class Session:
         posted: list[tuple[str, bool]] = []
         for data, rec in zip(records, typed, strict=True):
             self.events.append({"seq": len(self.events), **data})
+            self.turns.ended |= rec.t in ENDS_TURN
             match rec:
                 case Commit(steps=steps, keys=keys, calls=calls):
                     self.steps.extend(step_from(x.model_dump()) for x in steps)
@@ -292,7 +303,7 @@ class Session:
                     restore_turn(self, rec)
                 case _:
                     restore_turn(self, rec)
-        self._calls_logged = len(self.ledger.calls)
+        self._calls_logged, self.recorded = len(self.ledger.calls), len(self.events)
         if self.request.user == "client" and self.status not in FINISHED:
             answered = sum(1 for x in self.steps if x.action.kind is ActionKind.MESSAGE)
             for message in posted[answered:]:

@@ -27,6 +27,8 @@ from .api import Body, ToolResult, UserMessage
 from .errors import Conflict, NotFound, Overloaded
 from .records import ApprovalAnswer, ApprovalRequest, Deleted, Record, ToolResultPosted, Turn, TurnMeta
 
+ENDS_TURN = ("agent_message", "tool_call_pending", "approval_request")  # records after which the client acts
+
 if TYPE_CHECKING:
     from .session import Session
 
@@ -109,6 +111,8 @@ class Turns:
     """How many turns a session has had, and which turn took each input (for repeats)."""
 
     count: int = 1
+    ended: bool = False  # since the latest turn began, the agent's turn ended (``ENDS_TURN``)
+    starts: dict[int, int] = field(default_factory=lambda: {0: 0})  # a turn's number -> its first record's seq
     keys: dict[str, int] = field(default_factory=dict)  # a turn's Idempotency-Key -> its number
     took: dict[str, int] = field(default_factory=dict)  # "call:<id>" / "approval:<id>" -> the turn that took it
 
@@ -129,7 +133,7 @@ class Turns:
         if post.previous != self.count - 1:
             raise Conflict(f"turn {post.previous} is not this conversation's latest (turn {self.count - 1}); "
                            "continue from the latest")
-        n, self.count = self.count, self.count + 1
+        n, self.count, self.ended = self.count, self.count + 1, False
         if key is not None:
             self.keys[key] = n
         return n
@@ -155,6 +159,8 @@ def take_turn(s: Session, post: TurnPost, key: str | None, inbox_limit: int) -> 
     """Record ``s``'s next turn and take its inputs; returns its number. Every input is checked before
     anything is recorded: 404 for a tool call or approval request that is not open, 409 for a message
     to a session whose user is not the client, 429 past ``inbox_limit`` unanswered messages."""
+    if not s.turns.ended:  # nothing the agent did since the latest turn began has ended its turn yet
+        raise Conflict(f"response {s.turns.count - 1} of this conversation is still in progress")
     messages = sum(isinstance(item, UserMessage) for item in post.inputs)
     if messages and s.request.user != "client":
         raise Conflict(f"session {s.id}'s user is {s.request.user!r}; it takes no messages")
@@ -166,6 +172,7 @@ def take_turn(s: Session, post: TurnPost, key: str | None, inbox_limit: int) -> 
         if isinstance(item, ApprovalPost) and item.approval_request_id not in s.approvals.items:
             raise NotFound(f"no approval request {item.approval_request_id!r} in this conversation")
     n = s.turns.begin(post, key)
+    s.turns.starts[n] = s.recorded
     s.record(Turn(n=n, meta=post.meta, idempotency_key=key))
     for item in post.inputs:
         s.turns.took_input(item, n)
@@ -209,7 +216,8 @@ def restore_turn(s: Session, rec: Record) -> None:
     """Replay a record of turns, approvals or deletion into ``s`` (``Session.restore``)."""
     match rec:
         case Turn(n=n, idempotency_key=key):
-            s.turns.count = n + 1
+            s.turns.count, s.turns.starts[n] = n + 1, len(s.events) - 1  # Session.restore appended it already
+            s.turns.ended = False
             if key is not None:
                 s.turns.keys[key] = n
         case ToolResultPosted(call_id=call_id):

@@ -190,3 +190,29 @@ def test_a_run_split_over_client_processes_sends_each_session_once_and_reports_a
     merged = merged_timeline([a, b])  # each second: every part's latest counts, added up
     assert [(m["t"], m["started"], m["done"]) for m in merged] == [(0.0, 4, 0), (1.0, 5, 3), (2.0, 6, 5)]
     assert all(0 <= r.start_s <= r.end_s <= result.wall_s for r in result.load())
+
+
+SCRIPTED = {"engines": {"kind": "scripted"}, "tool_sources": {"app": {"kind": "client"}}}
+
+
+def test_api_responses_runs_the_same_conversations_on_both_apis_and_reports_the_overhead(tmp_path, capsys,
+                                                                                          monkeypatch):
+    monkeypatch.setenv("LT_KEY", "dev-key")
+    with in_process_gateway(tmp_path / "log", app=SCRIPTED) as url:
+        code = main(["loadtest", "--url", url, "--api-key-env", "LT_KEY", "--api", "responses", "--sessions", "12",
+                     "--concurrency", "6", "--turns", "2", "--out", str(tmp_path / "o")])
+    report = json.loads((tmp_path / "o" / "responses-overhead.json").read_text())
+    assert code == 0 and report["errors"] == [] and "MEASURED" in report["label"]
+    assert report["apis"]["sessions"]["turns"] == report["apis"]["responses"]["turns"] == 12
+    sessions, responses = report["apis"]["sessions"], report["apis"]["responses"]
+    assert report["responses_overhead"]["p50_ms"] == pytest.approx(responses["p50_ms"] - sessions["p50_ms"])
+    assert "Responses API overhead: p50" in capsys.readouterr().out
+
+
+def test_api_responses_against_a_server_without_the_routes_reports_errors_and_exits_1(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("LT_KEY", "dev-key")
+    with in_process_gateway(tmp_path / "log") as url:  # sim engines: no Responses routes, no client source
+        code = main(["loadtest", "--url", url, "--api-key-env", "LT_KEY", "--api", "responses", "--sessions", "2",
+                     "--turns", "1", "--out", str(tmp_path / "o")])
+    out = capsys.readouterr().out
+    assert code == 1 and "error:" in out and "Traceback" not in out
