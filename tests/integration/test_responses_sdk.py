@@ -60,18 +60,20 @@ def sdk(url: str, key: str = "dev-key") -> openai.OpenAI:
 
 
 def records(url: str, response_id: str) -> list[dict]:
-    """The session log's records behind a response (its id names the session)."""
-    sid = response_id.removeprefix("resp_").rsplit("_", 1)[0]
+    """The session log's records behind a response (its id names the session and the turn), up to the
+    record that ended that turn."""
+    sid, n = response_id.removeprefix("resp_").rsplit("_", 1)
+    out: list[dict] = []
     with httpx.stream("GET", f"{url}/v1/sessions/{sid}/events", headers={"X-API-Key": "dev-key"},
                       params={"after": 0}, timeout=30) as r:
-        out = []
         for line in r.iter_lines():
             if line.startswith("data: "):
                 out.append(json.loads(line[6:]))
-            if out and out[-1]["t"] in ("agent_message", "tool_call_pending", "approval_request", "final") \
-                    and line == "":
-                break
-        return out
+                turns = sum(x["t"] == "turn" for x in out)
+                if turns == int(n) and out[-1]["t"] in ("agent_message", "tool_call_pending", "approval_request",
+                                                        "final"):
+                    return out
+    return out
 
 
 def test_mcp_reads_run_while_drafting_the_write_runs_once_after_acceptance_and_output_is_committed(gateway, bank):
@@ -207,3 +209,31 @@ def test_the_reference_git_server_from_pypi_stages_only_the_verified_file(tmp_pa
     assert staged == ["a.txt"] and r.output_text == "staged"
     assert [(i.type, getattr(i, "name", None)) for i in r.output][1:] == [
         ("mcp_call", "git_status"), ("mcp_call", "git_add"), ("message", None)]
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_a_read_only_function_goes_out_while_drafting_only_where_the_operator_trusts_the_client(tmp_path, trusted):
+    tools = [{**LOOKUP, "read_only": True}, {"type": "function", "name": "pay", "parameters": {"type": "object"}}]
+    app = {"engines": {"kind": "scripted"}, "tool_sources": {"app": {"kind": "client", "trusted": trusted}}}
+    with in_process_gateway(tmp_path / "log", app=app) as url:
+        client = sdk(url)
+        first = client.responses.create(model="specagent", tools=tools, input='call lookup {"q": "bill"}; call pay {}')
+        before = [r["t"] for r in records(url, first.id)]
+        second = client.responses.create(model="specagent", previous_response_id=first.id, input=[
+            {"type": "function_call_output", "call_id": first.output[-1].call_id, "output": "12 EUR"}])
+        kinds = [r["t"] for r in records(url, second.id)]
+    assert first.output[-1].name == "lookup"
+    if trusted:  # a read: it went out while the draft was written, before any review
+        assert "accepted" not in before and second.output[-1].name == "pay"
+        assert kinds.index("staged") < kinds.index("accepted") < len(kinds) - 1 - kinds[::-1].index("tool_call_pending")
+    else:  # the hint is not trusted: lookup is a write, reviewed before it went out
+        assert before.index("accepted") < before.index("tool_call_pending")
+
+
+def test_allowed_tools_narrow_the_catalog_and_a_tool_outside_it_never_runs(gateway, bank):
+    r = sdk(gateway).responses.create(model="specagent", input=f"{transfer(1)}; say done", tools=[
+        {"type": "mcp", "server_label": "bank", "allowed_tools": ["get_balance"]}])
+    assert [t.name for t in r.output[0].tools] == ["get_balance"] and bank.calls("transfer") == []
+    with pytest.raises(openai.BadRequestError, match="does not have: nope"):
+        sdk(gateway).responses.create(model="specagent", input="say hi", tools=[
+            {"type": "mcp", "server_label": "bank", "allowed_tools": ["nope"]}])
