@@ -8,6 +8,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from specagent_ray.testing.gateway_server import in_process_gateway
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
@@ -18,6 +20,7 @@ def example() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.slow  # the fast tier stays under 90 s; the full suite runs it
 def test_the_docs_example_runs_verbatim_and_the_write_waits_for_approval(tmp_path):
     journal = tmp_path / "journal.jsonl"
     bank = [sys.executable, "-m", "specagent_ray.testing.mcp_server", "--journal", str(journal)]

@@ -104,6 +104,7 @@ def test_a_rejected_draft_write_never_reaches_the_server_nor_the_output_nor_the_
     assert final.usage.speculation["accepted_steps"] == 0  # the verifier rejected the draft's only step
 
 
+@pytest.mark.slow  # the fast tier keeps create, stream and refusals
 def test_a_function_tool_round_trip_continues_with_previous_response_id(gateway):
     client = sdk(gateway)
     first = client.responses.create(model="specagent", input='call lookup {"q": "rate"}; say the rate is in',
@@ -132,6 +133,7 @@ def test_a_continuation_survives_a_coordinator_restart(tmp_path, bank):
         assert sdk(url).responses.retrieve(first.id).output[-1].call_id == call.call_id
 
 
+@pytest.mark.slow  # the fast tier keeps create, stream and refusals
 def test_approvals_a_verified_write_waits_runs_once_when_approved_twice_and_never_when_denied(gateway, bank):
     client = sdk(gateway)
     tools = [{"type": "mcp", "server_label": "bank", "require_approval": "always"}]
@@ -180,6 +182,7 @@ def test_refusals_server_url_another_tenant_weak_model_and_unsupported_parameter
         client.responses.retrieve(mine.id)
 
 
+@pytest.mark.slow  # the fast tier keeps create, stream and refusals
 def test_background_returns_at_once_and_polling_reaches_completed(gateway, bank):
     client = sdk(gateway)
     started = client.responses.create(model="specagent", input=f"{transfer(3)}; say ok", tools=MCP, background=True)
@@ -211,6 +214,7 @@ def test_the_reference_git_server_from_pypi_stages_only_the_verified_file(tmp_pa
         ("mcp_call", "git_status"), ("mcp_call", "git_add"), ("message", None)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trusted", [True, False])
 def test_a_read_only_function_goes_out_while_drafting_only_where_the_operator_trusts_the_client(tmp_path, trusted):
     tools = [{**LOOKUP, "read_only": True}, {"type": "function", "name": "pay", "parameters": {"type": "object"}}]
@@ -230,6 +234,7 @@ def test_a_read_only_function_goes_out_while_drafting_only_where_the_operator_tr
         assert before.index("accepted") < before.index("tool_call_pending")
 
 
+@pytest.mark.slow  # the fast tier keeps create, stream and refusals
 def test_allowed_tools_narrow_the_catalog_and_a_tool_outside_it_never_runs(gateway, bank):
     r = sdk(gateway).responses.create(model="specagent", input=f"{transfer(1)}; say done", tools=[
         {"type": "mcp", "server_label": "bank", "allowed_tools": ["get_balance"]}])

@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from specagent_ray.testing.gateway_server import gateway_app
 from specagent_ray.testing.http import serve_in_thread
 
@@ -71,6 +73,7 @@ def test_the_gateway_passes_every_check_in_every_phase(tmp_path):
     assert links and int(links.group(1)) >= 3, report[-5000:]  # sessions created, then used through links
 
 
+@pytest.mark.slow  # the fast tier runs the sessions API's fuzzing; the full suite runs both
 def test_the_responses_routes_pass_every_check_in_every_phase(tmp_path):
     """The Responses API on an app with plan-following engines and the bank MCP server: its create body
     is published as tight as it is taken (``responses.create_schema``), and responses link to their routes."""

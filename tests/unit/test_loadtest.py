@@ -195,6 +195,7 @@ def test_a_run_split_over_client_processes_sends_each_session_once_and_reports_a
 SCRIPTED = {"engines": {"kind": "scripted"}, "tool_sources": {"app": {"kind": "client"}}}
 
 
+@pytest.mark.slow
 def test_api_responses_runs_the_same_conversations_on_both_apis_and_reports_the_overhead(tmp_path, capsys,
                                                                                           monkeypatch):
     monkeypatch.setenv("LT_KEY", "dev-key")
