@@ -19,7 +19,6 @@ is answered at once (500 for the unexpected), and no request ever gets a stack t
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import json
 import logging
@@ -49,10 +48,12 @@ from .api import (
 from .config import GatewayConfig
 from .errors import ApiError, Forbidden, Overloaded, ServiceUnavailable, Unauthorized, documented, unwrap
 from .handles import NoReplica, taken
+from .limits import BodyLimit, TokenBucket, tenant_of
 from .records import SessionEvent
 from .responses import Terms
 from .responses_routes import error_response, mount_responses
 from .shards import ShardRouter
+from .turns import ApprovalPost
 
 log = logging.getLogger(__name__)
 Call = Callable[..., Awaitable[Any]]  # (coordinator method name, *args) -> result
@@ -73,7 +74,8 @@ class Internal(Exception):
 # What a call to a coordinator that is gone raises (its replica died, or Serve has none to route to):
 # the call may be tried again. Ray's handles raise RayActorError (ActorDiedError, ActorUnavailableError).
 UNAVAILABLE = (RayActorError, DeploymentUnavailableError, ConnectionError)
-IDEMPOTENT = {"events", "trajectory", "stats", "cancel", "post_tool_result"}  # safe to repeat as they are
+# Calls safe to repeat as they are:
+IDEMPOTENT = {"events", "trajectory", "stats", "cancel", "post_tool_result", "post_approval"}
 IdempotencyKey = Header(None, alias="Idempotency-Key", min_length=1, max_length=200,
                         description="the same key (per API key) returns the first answer, never a second effect")
 # The API key's two headers, for the schema only (``key_of`` reads them): either one authenticates.
@@ -87,70 +89,6 @@ LINKS = {name: {"operationId": op, "parameters": {"sid": SESSION}, "description"
     ("GetSession", "get_session", "its trajectory"), ("SessionEvents", "session_events", "its event stream"),
     ("PostMessage", "post_message", "the user's next message (client-user sessions)"),
     ("CancelSession", "cancel_session", "cancel it"))}
-
-
-def tenant_of(key: str) -> str:
-    """A key's tenant id: a hash, so neither logs nor session records hold the key."""
-    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:16]
-
-
-class TokenBucket:
-    """Per-tenant request rate: ``burst`` requests at once, refilled at ``rate_per_s``."""
-
-    def __init__(self, rate_per_s: float, burst: int, clock: Callable[[], float] = time.monotonic):
-        self.rate, self.burst, self.clock = rate_per_s, burst, clock
-        self._state: dict[str, tuple[float, float]] = {}  # tenant -> (tokens, when)
-
-    def take(self, tenant: str) -> float:
-        """0 if the request may go now, else the seconds until it may."""
-        now = self.clock()
-        tokens, when = self._state.get(tenant, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - when) * self.rate)
-        if tokens >= 1:
-            self._state[tenant] = (tokens - 1, now)
-            return 0.0
-        self._state[tenant] = (tokens, now)
-        return (1 - tokens) / self.rate
-
-
-class BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes gets 413 before any of it is parsed."""
-
-    def __init__(self, app: Any, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
-            return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await _too_large(self.limit, send, scope)
-        seen = 0
-
-        async def counted() -> dict:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise _TooLarge()
-            return message
-
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await _too_large(self.limit, send, scope)
-
-
-class _TooLarge(Exception):
-    pass
-
-
-async def _too_large(limit: int, send: Callable, scope: dict) -> None:
-    detail = f"request body over {limit} bytes"
-    body = json.dumps({"error": {"message": detail, "type": "invalid_request_error", "param": None, "code": None}}
-                      if scope.get("path", "").startswith("/v1/responses") else {"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]})
-    await send({"type": "http.response.body", "body": body})
 
 
 def answers(status: int, *errors: int) -> dict[int | str, dict[str, Any]]:
@@ -274,6 +212,13 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
     async def post_tool_result(sid: str, body: ToolResult, who: str = Tenant) -> dict[str, Any]:
         """The result of a pending client-side tool call (see ``tool_call_pending`` events)."""
         return await coordinator("post_tool_result", sid, body, owner=who)
+
+    @app.post("/v1/sessions/{sid}/approvals", status_code=202, operation_id="post_approval", response_model=None,
+              responses=answers(202, 400, 404, 409, 413))
+    async def post_approval(sid: str, body: ApprovalPost, who: str = Tenant) -> dict[str, Any]:
+        """The answer to an ``approval_request`` event (sessions created with ``approval``): approved, the
+        verified write runs, once; denied, it never does. The same answer posted again changes nothing."""
+        return await coordinator("post_approval", sid, body, owner=who)
 
     @app.get("/v1/sessions/{sid}/events", response_class=EventStream, operation_id="session_events",
              responses={200: {"model": SessionEvent, "description": "a stream of session events"},

@@ -242,3 +242,27 @@ def test_allowed_tools_narrow_the_catalog_and_a_tool_outside_it_never_runs(gatew
     with pytest.raises(openai.BadRequestError, match="does not have: nope"):
         sdk(gateway).responses.create(model="specagent", input="say hi", tools=[
             {"type": "mcp", "server_label": "bank", "allowed_tools": ["nope"]}])
+
+
+def test_the_sessions_api_takes_the_same_approvals_on_its_own_route(gateway, bank):
+    """One state machine: a session created with ``approval`` waits with an ``approval_request`` event,
+    and ``POST .../approvals`` answers it; the same answer twice runs the write once."""
+    h = {"X-API-Key": "dev-key"}
+    created = httpx.post(f"{gateway}/v1/sessions", headers=h, timeout=30, json={
+        "tool_source": "bank", "message": f"{transfer(4)}; say sent", "approval": {"tools": ["transfer"]}}).json()
+    sid = created["session_id"]
+    with httpx.stream("GET", f"{gateway}/v1/sessions/{sid}/events", headers=h, timeout=30) as r:
+        asked = next(json.loads(line[6:]) for line in r.iter_lines()
+                     if line.startswith("data: ") and '"approval_request"' in line)
+    assert asked["name"] == "transfer" and bank.calls("transfer") == []
+    answer = {"approval_request_id": asked["id"], "approve": True}
+    for _ in range(2):
+        assert httpx.post(f"{gateway}/v1/sessions/{sid}/approvals", headers=h, json=answer).status_code == 202
+    flipped = httpx.post(f"{gateway}/v1/sessions/{sid}/approvals", headers=h, json={**answer, "approve": False})
+    assert flipped.status_code == 409 and "already approved" in flipped.json()["detail"]
+    deadline = time.monotonic() + 20
+    while not bank.calls("transfer"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert [c["arguments"]["amount"] for c in bank.calls("transfer")] == [4]

@@ -1,0 +1,74 @@
+"""The gateway's limits on what a client sends: its key's tenant, its request rate (a token bucket per
+tenant) and its body size (413 before any byte is parsed)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def tenant_of(key: str) -> str:
+    """A key's tenant id: a hash, so neither logs nor session records hold the key."""
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+class TokenBucket:
+    """Per-tenant request rate: ``burst`` requests at once, refilled at ``rate_per_s``."""
+
+    def __init__(self, rate_per_s: float, burst: int, clock: Callable[[], float] = time.monotonic):
+        self.rate, self.burst, self.clock = rate_per_s, burst, clock
+        self._state: dict[str, tuple[float, float]] = {}  # tenant -> (tokens, when)
+
+    def take(self, tenant: str) -> float:
+        """0 if the request may go now, else the seconds until it may."""
+        now = self.clock()
+        tokens, when = self._state.get(tenant, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - when) * self.rate)
+        if tokens >= 1:
+            self._state[tenant] = (tokens - 1, now)
+            return 0.0
+        self._state[tenant] = (tokens, now)
+        return (1 - tokens) / self.rate
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes gets 413 before any of it is parsed."""
+
+    def __init__(self, app: Any, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await _too_large(self.limit, send, scope)
+        seen = 0
+
+        async def counted() -> dict:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _TooLarge()
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await _too_large(self.limit, send, scope)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _too_large(limit: int, send: Callable, scope: dict) -> None:
+    detail = f"request body over {limit} bytes"
+    body = json.dumps({"error": {"message": detail, "type": "invalid_request_error", "param": None, "code": None}}
+                      if scope.get("path", "").startswith("/v1/responses") else {"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
