@@ -69,7 +69,7 @@ def test_two_tenants_with_100_sessions_each_cannot_read_post_or_cancel_each_othe
 
 
 def test_a_session_record_names_its_owner_by_a_hash_never_the_key(tmp_path):
-    with in_process_gateway(tmp_path, keys=KEYS) as url, httpx.Client(base_url=url) as http:
+    with in_process_gateway(tmp_path, keys=KEYS) as url, httpx.Client(base_url=url, timeout=30) as http:
         sid = http.post("/v1/sessions", json=CLIENT, headers=A).json()["session_id"]
         http.delete(f"/v1/sessions/{sid}", headers=A)  # a finished session's stream ends
         created = http.get(f"/v1/sessions/{sid}/events", headers=A).text.split("\n")[2]
@@ -79,7 +79,7 @@ def test_a_session_record_names_its_owner_by_a_hash_never_the_key(tmp_path):
 
 def test_a_tenant_at_its_limit_gets_429_and_another_tenant_is_still_admitted(tmp_path):
     with in_process_gateway(tmp_path, keys=KEYS, tenant_max_sessions=3, max_sessions=10) as url, \
-            httpx.Client(base_url=url) as http:
+            httpx.Client(base_url=url, timeout=30) as http:
         assert [http.post("/v1/sessions", json=CLIENT, headers=A).status_code for _ in range(3)] == [201] * 3
         refused = http.post("/v1/sessions", json=CLIENT, headers=A)
         assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
@@ -92,7 +92,7 @@ def test_a_tenant_at_its_limit_gets_429_and_another_tenant_is_still_admitted(tmp
 
 def test_a_tenant_over_its_rate_gets_429_with_retry_after_and_another_is_not_slowed(tmp_path):
     with in_process_gateway(tmp_path, keys=KEYS, gateway={"rate_per_s": 0.5, "burst": 3}) as url, \
-            httpx.Client(base_url=url) as http:
+            httpx.Client(base_url=url, timeout=30) as http:
         answers = [http.get("/v1/stats", headers=A) for _ in range(4)]
         assert [r.status_code for r in answers] == [200, 200, 200, 429]
         assert int(answers[-1].headers["Retry-After"]) >= 1
@@ -101,7 +101,7 @@ def test_a_tenant_over_its_rate_gets_429_with_retry_after_and_another_is_not_slo
 
 def test_a_client_that_never_answers_times_out_and_frees_its_slot(tmp_path):
     with in_process_gateway(tmp_path, keys=KEYS, idle_timeout_s=0.5, tenant_max_sessions=1) as url, \
-            httpx.Client(base_url=url) as http:
+            httpx.Client(base_url=url, timeout=30) as http:
         sid = http.post("/v1/sessions", json=CLIENT, headers=A).json()["session_id"]
         final = http.get(f"/v1/sessions/{sid}/events", headers=A, timeout=30).text.strip().split("\n")[-1]
         assert '"status": "timed_out"' in final and "no user message within 0.5 s" in final
@@ -112,7 +112,7 @@ def test_a_client_that_never_answers_times_out_and_frees_its_slot(tmp_path):
 def test_posted_messages_a_session_has_not_answered_are_bounded(tmp_path):
     slow = LatencyModel(draft_base_s=2.0)  # the agent takes its time: posted messages wait for it
     with in_process_gateway(tmp_path, keys=KEYS, inbox_limit=2, latency=slow) as url, \
-            httpx.Client(base_url=url) as http:
+            httpx.Client(base_url=url, timeout=30) as http:
         sid = http.post("/v1/sessions", json=CLIENT, headers=A).json()["session_id"]
         codes = [http.post(f"/v1/sessions/{sid}/messages", json={"text": f"m{i}"}, headers=A).status_code
                  for i in range(5)]
@@ -135,7 +135,7 @@ def test_only_operator_keys_read_the_cluster_wide_stats_and_a_tenants_load_test_
     from specagent_ray.loadtest.workload import Workload, parse_mix
 
     with in_process_gateway(tmp_path / "log", keys=("key-a", "key-b", "ops"), operators=("ops",)) as url:
-        with httpx.Client(base_url=url) as http:
+        with httpx.Client(base_url=url, timeout=30) as http:
             refused = http.get("/v1/stats", headers=A)  # would show other tenants' broken session ids, nodes
             assert refused.status_code == 403 and "operator keys" in refused.json()["detail"]
             assert "sessions" not in refused.text
