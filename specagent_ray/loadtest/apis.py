@@ -129,12 +129,14 @@ def summary(cfg: ApiLoad, result: ApiResult) -> dict[str, Any]:
         if not xs:
             return {"turns": 0}
         q = statistics.quantiles(xs, n=100, method="inclusive") if len(xs) > 1 else [xs[0]] * 99
-        return {"turns": len(xs), "p50_ms": 1000 * q[49], "p95_ms": 1000 * q[94], "mean_ms": 1000 * statistics.fmean(xs)}
+        return {"turns": len(xs), "p50_ms": 1000 * q[49], "p95_ms": 1000 * q[94],
+                "mean_ms": 1000 * statistics.fmean(xs)}
 
     apis = {api: stats(xs) for api, xs in result.latencies.items()}
     first = {api: stats(xs) for api, xs in result.first.items()}
     both = all(a["turns"] for a in apis.values())
-    over = {f"{p}_ms": apis["responses"][f"{p}_ms"] - apis["sessions"][f"{p}_ms"] for p in ("p50", "p95")} if both else {}
+    over = ({f"{p}_ms": apis["responses"][f"{p}_ms"] - apis["sessions"][f"{p}_ms"] for p in ("p50", "p95")}
+            if both else {})
     return {"label": "MEASURED on this machine; engines SCRIPTED (plan-following, no model)",
             "conversations": cfg.conversations, "concurrency": cfg.concurrency, "turns_each": cfg.turns,
             "wall_s": result.wall_s, "apis": apis, "first_turn": first, "responses_overhead": over,

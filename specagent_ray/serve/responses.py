@@ -253,8 +253,8 @@ def _item(item: dict[str, Any], i: int) -> UserMessage | ToolResult | ApprovalPo
 def _text(content: Any, i: int) -> str:
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and all(isinstance(p, dict) and set(p) == {"type", "text"} and p["type"] == "input_text"
-                                         and isinstance(p["text"], str) for p in content):
+    if isinstance(content, list) and all(isinstance(p, dict) and set(p) == {"type", "text"}
+                                         and p["type"] == "input_text" and isinstance(p["text"], str) for p in content):
         return "".join(p["text"] for p in content)
     raise BadRequest(f"input[{i}]: content is a string or a list of input_text parts")
 
@@ -309,8 +309,8 @@ def create_schema(terms: Terms) -> dict[str, Any]:
         "tools": tools}
     first = {"type": "object", "title": "a new conversation", "additionalProperties": False,
              "required": ["model", "input", *([] if terms.function_source else ["tools"])],
-             "properties": {**common, "previous_response_id": {"type": "null"}, "input": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 1,
-                                                                  "items": message}]}}}
+             "properties": {**common, "previous_response_id": {"type": "null"},
+                            "input": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 1, "items": message}]}}}
     pattern = RESPONSE_ID.pattern
     more = {"type": "object", "title": "a continuation", "additionalProperties": False,
             "required": ["model", "input", "previous_response_id"],

@@ -12,6 +12,7 @@ translated by ``responses.py``, records read back by ``response_items.py``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,6 +39,7 @@ from .responses import (
 )
 
 Call = Callable[..., Awaitable[Any]]
+log = logging.getLogger(__name__)
 KEYED = (401, 429, 500, 503)
 RESPONSE = "$response.body#/id"
 EVENT = {"type": "object", "required": ["data", "event"], "properties": {  # one server-sent event of a stream
@@ -174,8 +176,12 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                     yield event(lifecycle(end, snap))
         except ApiError as exc:  # the coordinator went away mid-stream: say so, in the stream's own terms
             yield event({"type": "error", "code": str(exc.status), "message": exc.message, "param": None})
-        except Exception as exc:  # noqa: BLE001 - Unavailable, Internal: their text is safe to show
-            yield event({"type": "error", "code": "unavailable", "message": str(exc) or "internal error",
+        except Exception as exc:  # noqa: BLE001 - the gateway's Unavailable says what to do; nothing else is shown
+            unavailable = type(exc).__name__ == "Unavailable"
+            if not unavailable:
+                log.error("response stream of session %s failed: %s: %s", sid, type(exc).__name__, exc)
+            yield event({"type": "error", "code": "unavailable" if unavailable else "internal_error",
+                         "message": str(exc) if unavailable else "internal error (logged on the server)",
                          "param": None})
 
     @app.post("/v1/responses", operation_id="create_response", response_model=None,
