@@ -255,6 +255,8 @@ def test_the_sessions_api_takes_the_same_approvals_on_its_own_route(gateway, ban
         asked = next(json.loads(line[6:]) for line in r.iter_lines()
                      if line.startswith("data: ") and '"approval_request"' in line)
     assert asked["name"] == "transfer" and bank.calls("transfer") == []
+    kinds = [r["t"] for r in records(gateway, f"resp_{sid}_0")]
+    assert kinds.index("staged") < kinds.index("accepted") < kinds.index("approval_request")  # the verifier first
     answer = {"approval_request_id": asked["id"], "approve": True}
     for _ in range(2):
         assert httpx.post(f"{gateway}/v1/sessions/{sid}/approvals", headers=h, json=answer).status_code == 202

@@ -647,3 +647,11 @@ async def test_model_engines_judge_the_exact_ablation_with_the_same_verifier_pro
     assert semantic[:-1] == exact[:-1]
     assert "need not be the action you would have chosen" in semantic[-1]["content"]
     assert "only if it is exactly the action you would have chosen" in exact[-1]["content"]
+    assert semantic[0]["content"].startswith("You are a customer service agent")  # no instructions: the default
+    client.verifier = Backend()
+    told = types.SimpleNamespace(id="s2", outside=contextlib.nullcontext,
+                                 request=types.SimpleNamespace(instructions="You are a careful bank teller."))
+    _, _, judge = client.models(told, catalog)  # type: ignore[arg-type]
+    await judge.verify(History(Task("t", "hi")), block)
+    system = client.verifier.requests[0][0]["content"]
+    assert system.startswith("You are a careful bank teller.") and "customer service" not in system
