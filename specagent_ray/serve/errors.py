@@ -97,3 +97,17 @@ def documented(*statuses: int, body_schema: str = "ErrorDetail") -> dict[int | s
     body = {"application/json": {"schema": {"$ref": f"#/components/schemas/{body_schema}"}}}
     return {status: {"description": WHEN[status], "content": body,
                      **({"headers": HEADERS[status]} if status in HEADERS else {})} for status in sorted(statuses)}
+
+
+RESPONSES = "/v1/responses"  # the Responses API's routes: their errors are in OpenAI's shape
+OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 429: "rate_limit_error"}
+
+
+def error_body(path: str, status: int, message: str) -> dict[str, Any]:
+    """An error's body: ``{"detail": ...}`` on the sessions API, OpenAI's ``{"error": {...}}`` on the
+    Responses API's routes, whose clients (the OpenAI SDK) read the message from there."""
+    if not path.startswith(RESPONSES):
+        return {"detail": message}
+    return {"error": {"message": message, "type": OPENAI_TYPES.get(status, "server_error"), "param": None,
+                      "code": None}}

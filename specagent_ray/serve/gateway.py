@@ -46,7 +46,7 @@ from .api import (
     fit_strings,
 )
 from .config import GatewayConfig
-from .errors import ApiError, Forbidden, Overloaded, ServiceUnavailable, Unauthorized, documented, unwrap
+from .errors import RESPONSES, ApiError, Forbidden, Overloaded, ServiceUnavailable, Unauthorized, documented, unwrap
 from .handles import NoReplica, taken
 from .limits import BodyLimit, TokenBucket, tenant_of
 from .records import SessionEvent
@@ -180,7 +180,7 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
         """Starlette's own errors (404 no route, 405); a 405's ``Allow`` lists every method of the path."""
         if exc.status_code == 405:
             exc = HTTPException(405, exc.detail, {**(exc.headers or {}), "Allow": ", ".join(methods_at(app, request))})
-        elif request.url.path.startswith("/v1/responses"):  # a body that is not JSON: OpenAI's error shape
+        elif request.url.path.startswith(RESPONSES):  # a body that is not JSON: OpenAI's error shape
             return error_response(request, exc.status_code, str(exc.detail), exc.headers)
         return await http_exception_handler(request, exc)
 

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .errors import error_body
+
 
 def tenant_of(key: str) -> str:
     """A key's tenant id: a hash, so neither logs nor session records hold the key."""
@@ -67,8 +69,6 @@ class _TooLarge(Exception):
 
 
 async def _too_large(limit: int, send: Callable, scope: dict) -> None:
-    detail = f"request body over {limit} bytes"
-    body = json.dumps({"error": {"message": detail, "type": "invalid_request_error", "param": None, "code": None}}
-                      if scope.get("path", "").startswith("/v1/responses") else {"detail": detail}).encode()
+    body = json.dumps(error_body(scope.get("path", ""), 413, f"request body over {limit} bytes")).encode()
     await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": body})

@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from .api import CreateSession
 from .config import GatewayConfig
-from .errors import ApiError, Conflict, NotFound, documented
+from .errors import RESPONSES, ApiError, Conflict, NotFound, documented, error_body
 from .response_items import ended, input_items, item_events, lifecycle, response, turn_start
 from .responses import (
     ResponseCreate,
@@ -54,10 +54,6 @@ class ResponseEvents(StreamingResponse):
     media_type = "text/event-stream"
 
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 429: "rate_limit_error"}
-
-
 OPENAI_ERROR = {"title": "OpenAIError", "type": "object", "required": ["error"], "description": "An error on the "
                 "Responses API's routes, in OpenAI's shape (the SDK reads its message)", "properties": {"error": {
                     "type": "object", "required": ["message", "type"], "properties": {
@@ -70,12 +66,8 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 def error_response(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """An error's body: ``{"detail": ...}`` on the sessions API, OpenAI's ``{"error": {...}}`` on the
-    Responses API's routes, whose clients (the OpenAI SDK) read the message from there."""
-    if not request.url.path.startswith("/v1/responses"):
-        return JSONResponse({"detail": message}, status_code=status, headers=headers)
-    error = {"message": message, "type": ERROR_TYPES.get(status, "server_error"), "param": None, "code": None}
-    return JSONResponse({"error": error}, status_code=status, headers=headers)
+    """An error's answer, its body in the shape of the route's API (``errors.error_body``)."""
+    return JSONResponse(error_body(request.url.path, status, message), status_code=status, headers=headers)
 
 
 def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg: GatewayConfig, terms: Terms) -> None:
@@ -96,7 +88,7 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
         """A Responses API body that does not parse is a 400 naming the field, as OpenAI answers it."""
-        if not request.url.path.startswith("/v1/responses"):
+        if not request.url.path.startswith(RESPONSES):
             return await request_validation_exception_handler(request, exc)
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"] if p != "body")
