@@ -17,10 +17,12 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .errors import NotFound
 from .responses import response_id
+from .turns import ENDS_TURN
 
 Records = Sequence[dict[str, Any]]
-ENDS = ("agent_message", "tool_call_pending", "approval_request", "final")  # what ends the agent's turn
+ENDS = (*ENDS_TURN, "final")  # what ends the agent's turn, or the session
 BOUNDARIES = ("accepted", "rejected", "redraft", "commit")  # after these, no drafted read is pending
 FINAL_STATUS = {"done": "completed", "failed": "failed", "cancelled": "cancelled", "timed_out": "incomplete"}
 
@@ -29,8 +31,6 @@ def turn_start(records: Records, n: int) -> int:
     """Where turn ``n`` starts in a session's records: at ``created`` (turn 0) or at its ``turn`` record."""
     starts = [0] + [i for i, r in enumerate(records) if r["t"] == "turn"]
     if n >= len(starts):
-        from .errors import NotFound
-
         raise NotFound(f"no response {n} in this conversation")
     return starts[n]
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from ..protocol.baselines import METHODS
 from .api import Approval, ClientTool, CreateSession, ToolResult, UserMessage
 from .config import AppConfig, ClientSource, McpSource, SimEngines
-from .errors import BadRequest, Conflict
+from .errors import BadRequest, Conflict, NotFound
 from .records import TurnMeta
 from .turns import ApprovalPost, TurnPost
 
@@ -100,8 +100,6 @@ def response_id(sid: str, turn: int) -> str:
 
 def parse_response_id(rid: str) -> tuple[str, int]:
     """The session and turn a response id names; a malformed id is one that does not exist (404)."""
-    from .errors import NotFound
-
     m = RESPONSE_ID.match(rid)
     if m is None:
         raise NotFound(f"no response {rid!r}")

@@ -96,14 +96,15 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
 
     created_records: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()  # (tenant, session): immutable
 
-    async def records(sid: str, who: str, after: int = 0) -> list[dict[str, Any]]:
+    async def records(sid: str, who: str, after: int = 0, whole: bool = False) -> list[dict[str, Any]]:
         """The session's published records from ``after`` on, once there is one (the coordinator answers
-        a post once its records are stored; they are published a moment later)."""
-        out = await coordinator("events", sid, after, 0.0, owner=who)
+        a post once its records are stored; they are published a moment later); ``whole``: once one of
+        them ends the agent's turn, or ``events_wait_s`` passed."""
+        out = await coordinator("events", sid, after, cfg.events_wait_s if whole else 0.0, owner=who, whole_turn=whole)
         while not out["events"]:
             if out["done"]:
                 raise NotFound(f"no records of session {sid} after {after}")
-            out = await coordinator("events", sid, after, cfg.events_wait_s, owner=who)
+            out = await coordinator("events", sid, after, cfg.events_wait_s, owner=who, whole_turn=whole)
         return out["events"]
 
     async def created(sid: str, who: str) -> dict[str, Any]:
@@ -125,19 +126,14 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         """Response ``n`` (its records begin at ``start``; ``given``: those the caller has), again each time
         more records are published (``whole``: only once its turn ended, in one call, unless that takes
         over ``events_wait_s``), until the agent's turn ended."""
-        first, seen = await created(sid, who), list(given or [])
+        first = await created(sid, who)
+        seen = list(given) if given else await records(sid, who, start, whole)
         while True:
-            out = ({"events": [], "done": False} if given else
-                   await coordinator("events", sid, start + len(seen), cfg.events_wait_s, owner=who, whole_turn=whole))
-            seen, given = seen + out["events"], None
-            if not seen:
-                if out["done"]:
-                    raise NotFound(f"no records of session {sid} after {start}")
-                continue
             snap = response(first, seen, sid, n, label(first))
             yield snap
             if snap["status"] != "in_progress":
                 return
+            seen += await records(sid, who, start + len(seen), whole)
 
     async def stored(sid: str, n: int, who: str) -> dict[str, Any]:
         """Response ``n`` as it stands now (404 for one that never was)."""
