@@ -52,7 +52,8 @@ def add_parser(sub: Any) -> None:
                       help="closed: sessions in flight, or ascending levels (e.g. 100,300,1000) run as equal "
                            "stages of --duration-s; open: cap (shed above)")
     load.add_argument("--rate", type=float, default=5.0, help="open loop: session arrivals per second (Poisson)")
-    load.add_argument("--sessions", type=int, default=10_000, help="most sessions started")
+    load.add_argument("--sessions", type=int, default=None, help="most sessions started; when unset, 10000 "
+                      "(--api responses: 100 conversations)")
     load.add_argument("--duration-s", type=float, default=60.0, help="no session starts after this")
     load.add_argument("--drain-s", type=float, default=60.0, help="time in-flight sessions get to finish afterwards")
     load.add_argument("--ramp-s", type=float, default=None, help="closed loop: start workers over this "
@@ -96,7 +97,8 @@ def config_from(args: argparse.Namespace, url: str, api_key: str) -> LoadConfig:
     levels = tuple(args.concurrency)
     return LoadConfig(url=url, api_key=api_key, workload=workload, mode=args.mode, concurrency=levels[-1],
                       stages=levels if len(levels) > 1 else (),
-                      rate=args.rate, sessions=args.sessions, duration_s=args.duration_s, drain_s=args.drain_s,
+                      rate=args.rate, sessions=10_000 if args.sessions is None else args.sessions,
+                      duration_s=args.duration_s, drain_s=args.drain_s,
                       ramp_s=ramp, max_errors=args.max_errors, baseline_sessions=args.baseline_sessions,
                       baseline_method=args.baseline_method, request_timeout_s=args.timeout_s, seed=args.seed)
 
@@ -124,10 +126,10 @@ def run_loadtest(args: argparse.Namespace, console: Console) -> int:
 
 
 def _run_apis(cfg: LoadConfig, out: Path, console: Console, processes: int, args: argparse.Namespace) -> int:
-    """``--api responses``: ``--sessions`` conversations (at most 100 unless given), ``--concurrency`` at a time."""
+    """``--api responses``: ``--sessions`` conversations (100 unless given), ``--concurrency`` at a time."""
     from .apis import ApiLoad, compare_apis, summary, write
 
-    conversations = min(cfg.sessions, 100) if cfg.sessions == 10_000 else cfg.sessions
+    conversations = 100 if args.sessions is None else args.sessions
     load = ApiLoad(cfg.url, cfg.api_key, conversations, cfg.concurrency, args.turns, timeout_s=cfg.request_timeout_s)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as progress:
