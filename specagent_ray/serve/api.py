@@ -38,10 +38,14 @@ def json_integer(v: Any) -> Any:
     return int(v)
 
 
+TOOL_NAME = r"^[A-Za-z0-9_.-]+$"
+ToolName = Field(min_length=1, max_length=128, pattern=TOOL_NAME)  # a tool's name, wherever a body gives one
+
+
 class ClientTool(Body):
     """A tool the client runs itself. ``read_only`` is a hint, trusted only for trusted client sources."""
 
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: Annotated[str, ToolName]
     description: str = Field("", max_length=2000)
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}},
                                        description="a JSON Schema: at most 16 KiB and 16 levels deep, patterns in "
@@ -53,9 +57,6 @@ class ClientTool(Body):
     def _safe_schema(cls, v: dict[str, Any]) -> dict[str, Any]:
         check_client_schema(v)
         return v
-
-
-ToolName = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
 
 
 class Approval(Body):

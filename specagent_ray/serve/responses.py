@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from ..protocol.baselines import METHODS
-from .api import Approval, ClientTool, CreateSession, ToolResult, UserMessage
+from .api import TOOL_NAME, Approval, ClientTool, CreateSession, ToolResult, UserMessage
 from .config import AppConfig, ClientSource, McpSource, SimEngines
 from .errors import BadRequest, Conflict, NotFound
 from .records import TurnMeta
@@ -289,7 +289,8 @@ def create_schema(terms: Terms) -> dict[str, Any]:
               "properties": {"type": {"const": "mcp_approval_response"},
                              "approval_request_id": {"type": "string", "minLength": 1, "maxLength": 200},
                              "approve": {"type": "boolean"}, "reason": {"type": ["string", "null"], "maxLength": 2000}}}
-    names = {"type": "array", "maxItems": 128, "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]{1,128}$"}}
+    names = {"type": "array", "maxItems": 128,
+             "items": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": TOOL_NAME}}
     rule = {"anyOf": [{"enum": ["always", "never"]}, {"type": "object", "additionalProperties": False, "properties": {
         side: {"type": "object", "additionalProperties": False, "properties": {"tool_names": names}}
         for side in ("always", "never")}}]}
