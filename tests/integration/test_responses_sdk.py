@@ -178,6 +178,9 @@ def test_refusals_server_url_another_tenant_weak_model_and_unsupported_parameter
         with pytest.raises(openai.NotFoundError):
             attempt()
     assert client.responses.retrieve(mine.id).output_text == "hi"  # untouched by the other tenant
+    mine = client.responses.create(model="specagent", previous_response_id=mine.id, input="say again")
+    with pytest.raises(openai.NotFoundError):  # the gateway knows this conversation now: still nothing leaks
+        other.responses.create(model="strong", previous_response_id=mine.id, input="say x")
     client.responses.delete(mine.id)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(mine.id)
