@@ -22,6 +22,7 @@ EPILOG = """examples:
   specagent-ray bench theory --p 0.5,0.7,0.9
   specagent-ray bench restart --finished 10000 --live 100
   specagent-ray bench roofline --device cpu
+  specagent-ray bench engines --features "prefill ahead"
   specagent-ray bench tau2 --tasks 0,1 --store s3://bench-results/team-a
   specagent-ray results ls
   specagent-ray results compare tau2-airline-seed0.json tau2-airline-seed1.json
@@ -99,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.roofline import add_parser as add_roofline_parser
 
     add_roofline_parser(bench)
+    from .bench.engines import add_parser as add_engines_parser
+
+    add_engines_parser(bench)
     add_results_parser(sub)
     from .loadtest.command import add_parser as add_loadtest_parser
 
@@ -234,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.roofline import run_from_args
 
             return run_from_args(args, console)
+        if args.suite == "engines":
+            from .bench.engines import run_from_args as run_engines
+
+            return run_engines(args, console)
     except (ValueError, StoreError, BackendError, TimeoutError) as exc:
         # one line, no traceback; escape() so brackets in keys or S3 messages are not read as markup
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)

@@ -18,6 +18,7 @@ class RoleTotals:
     cached_prompt_tokens: int = 0
     decode_tokens: int = 0
     wall_s: float = 0.0
+    predicted_cached_tokens: int = 0
 
     @property
     def prefill_tokens(self) -> int:
@@ -41,4 +42,5 @@ class Ledger:
             cached_prompt_tokens=sum(c.usage.cached_prompt_tokens for c in mine),
             decode_tokens=sum(c.usage.decode_tokens for c in mine),
             wall_s=sum(c.wall_s for c in mine),
+            predicted_cached_tokens=sum(c.usage.predicted_cached_tokens for c in mine),
         )

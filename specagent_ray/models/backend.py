@@ -50,8 +50,8 @@ class Backend(Protocol):
     """What policies and verifiers need from a model: one chat completion, optionally schema-bound."""
 
     async def complete(self, messages: Sequence[ChatMessage], json_schema: Mapping[str, Any] | None,
-                       max_tokens: int, temperature: float = 0.0,
-                       headers: Mapping[str, str] | None = None) -> Completion: ...
+                       max_tokens: int, temperature: float = 0.0, headers: Mapping[str, str] | None = None,
+                       priority: int | None = None) -> Completion: ...
 
 
 def response_format(json_schema: Mapping[str, Any], strict: bool = True) -> dict[str, Any]:
@@ -79,6 +79,8 @@ class ChatBackend:
     it never parses the text. ``strict`` is sent as the schema's strict flag: vLLM enforces the schema
     either way; cloud APIs whose strict mode forbids free-form objects need ``strict=False``.
     ``extra_body`` is merged into the request body (e.g. ``{"chat_template_kwargs": {...}}`` for vLLM).
+    A ``priority`` is sent as vLLM's ``priority`` (lower is served first); the engine must run with
+    ``scheduling_policy: priority``, so callers pass one only where it does (``engines.send_priority``).
     """
 
     def __init__(self, base_url: str, api_key: str = "EMPTY", *, model: str, timeout_s: float = 60.0,
@@ -94,15 +96,16 @@ class ChatBackend:
                                          max_retries=max_retries, default_headers=dict(extra_headers or {}))
 
     async def complete(self, messages: Sequence[ChatMessage], json_schema: Mapping[str, Any] | None,
-                       max_tokens: int, temperature: float = 0.0,
-                       headers: Mapping[str, str] | None = None) -> Completion:
-        kwargs: dict[str, Any] = {}
+                       max_tokens: int, temperature: float = 0.0, headers: Mapping[str, str] | None = None,
+                       priority: int | None = None) -> Completion:
+        request: dict[str, Any] = {"model": self.model, "messages": list(messages), "max_tokens": max_tokens,
+                                   "temperature": temperature, "extra_headers": dict(headers or {})}
+        body = self.extra_body if priority is None else {**self.extra_body, "priority": priority}
+        request["extra_body"] = body or None
         if json_schema is not None:
-            kwargs["response_format"] = response_format(json_schema, self.strict)
+            request["response_format"] = response_format(json_schema, self.strict)
         try:
-            response = await self.client.chat.completions.create(
-                model=self.model, messages=list(messages), max_tokens=max_tokens, temperature=temperature,
-                extra_headers=dict(headers or {}), extra_body=self.extra_body or None, **kwargs)
+            return await self._chat(request)
         except openai.APITimeoutError as exc:
             raise EndpointUnavailable(f"{self._where()}: timed out after {self.timeout_s:g}s "
                                f"({self.max_retries} retries)") from exc
@@ -115,6 +118,10 @@ class ChatBackend:
                                f"{_one_line(exc.message)}") from exc
         except openai.OpenAIError as exc:
             raise BackendError(f"{self._where()}: {type(exc).__name__}: {_one_line(str(exc))}") from exc
+
+    async def _chat(self, request: dict[str, Any]) -> Completion:
+        """One chat completion call (``request``: the SDK's keyword arguments); its errors are the SDK's."""
+        response = await self.client.chat.completions.create(**request)
         if not response.choices:
             raise BackendError(f"{self._where()}: response has no choices")
         choice = response.choices[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..protocol.interfaces import MalformedOutput
@@ -19,7 +20,7 @@ from ..protocol.types import History, Proposal, Review, Step, Usage
 from ..telemetry.tracing import traceparent_headers
 from .backend import Backend
 from .parsing import parse_action, parse_verdict
-from .prompts import ChatMessage, PromptConfig, Prompts, retry_messages
+from .prompts import ChatMessage, PromptConfig, Prompts, retry_messages, serialize
 
 T = TypeVar("T")
 HeaderSource = Callable[[], Mapping[str, str]]
@@ -36,20 +37,43 @@ class MalformedReply(MalformedOutput):
 
 def add(a: Usage, b: Usage) -> Usage:
     return Usage(a.prompt_tokens + b.prompt_tokens, a.cached_prompt_tokens + b.cached_prompt_tokens,
-                 a.decode_tokens + b.decode_tokens)
+                 a.decode_tokens + b.decode_tokens, a.predicted_cached_tokens + b.predicted_cached_tokens)
+
+
+class PromptTrail:
+    """The last prompt one session sent one engine. ``predicted`` is what the prompt layout says the
+    engine's prefix cache should deliver for the next one: the share of its text that the previous
+    prompt already began with, in the engine's own token count."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def predicted(self, messages: Sequence[ChatMessage], prompt_tokens: int) -> int:
+        text, last = serialize(messages), self.last
+        self.last = text
+        lo, hi = 0, min(len(text), len(last))
+        while lo < hi:  # the longest common prefix, by slices compared in C
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if text[:mid] == last[:mid] else (lo, mid - 1)
+        return prompt_tokens * lo // len(text) if text else 0
 
 
 async def ask(backend: Backend, messages: Sequence[ChatMessage], schema: Mapping[str, Any], max_tokens: int,
               temperature: float, headers: HeaderSource | None,
-              parse: Callable[[str, str | None], T]) -> tuple[T, Usage]:
-    """Call, parse, and on ``MalformedOutput`` retry exactly once. Returns the value and the summed usage."""
+              parse: Callable[[str, str | None], T], priority: int | None = None,
+              trail: PromptTrail | None = None) -> tuple[T, Usage]:
+    """Call, parse, and on ``MalformedOutput`` retry exactly once (at the same ``priority``). Returns the
+    value and the summed usage; with a ``trail``, each call's predicted cached tokens are in it."""
     total = Usage()
     reasons: list[str] = []
     prompt = list(messages)
     for attempt in range(2):
         completion = await backend.complete(prompt, schema, max_tokens, temperature,
-                                            dict(headers()) if headers else None)
-        total = add(total, completion.usage)
+                                            dict(headers()) if headers else None, priority=priority)
+        usage = completion.usage
+        if trail is not None:
+            usage = replace(usage, predicted_cached_tokens=trail.predicted(prompt, usage.prompt_tokens))
+        total = add(total, usage)
         try:
             return parse(completion.text, completion.finish_reason), total
         except MalformedOutput as exc:
@@ -65,8 +89,9 @@ class _ModelCaller:
 
     def __init__(self, backend: Backend, config: PromptConfig, tool_schemas: Mapping[str, Any],
                  max_tokens: int | None = None, temperature: float = 0.0,
-                 headers: HeaderSource | None = traceparent_headers):
+                 headers: HeaderSource | None = traceparent_headers, trail: PromptTrail | None = None):
         self.backend = backend
+        self.trail = trail  # the engine's prompts of this session, shared by the callers on one engine
         self.prompts = Prompts(config, tool_schemas)
         self.max_tokens = max_tokens or self.default_max_tokens
         self.temperature = temperature
@@ -80,12 +105,13 @@ class LLMPolicy(_ModelCaller):
     arguments (schema conformance is the tool adapter's ``valid()``); usage sums every call made,
     the retry included; confidence is 1.0 (self-reported confidence is not read from the model)."""
 
-    async def propose(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> Proposal:
+    async def propose(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None,
+                      priority: int | None = None) -> Proposal:
         messages = self.prompts.draft(history, draft, feedback)
         names: Collection[str] = self.prompts.tool_names
         action, usage = await ask(self.backend, messages, self.prompts.action_schema, self.max_tokens,
                                   self.temperature, self.headers,
-                                  lambda text, finish: parse_action(text, names, finish))
+                                  lambda text, finish: parse_action(text, names, finish), priority, self.trail)
         return Proposal(action, usage, 1.0)
 
 
@@ -104,11 +130,12 @@ class LLMVerifier(_ModelCaller):
         exact.criterion = "exact"
         return exact
 
-    async def verify(self, history: History, block: Sequence[Step]) -> Review:
+    async def verify(self, history: History, block: Sequence[Step], priority: int | None = None) -> Review:
         n = len(block)
         names: Collection[str] = self.prompts.tool_names
         prompt = self.prompts.verify(history, block, self.criterion)
         verdict, usage = await ask(self.backend, prompt, self.prompts.verdict_schema(n),
                                    self.max_tokens, self.temperature, self.headers,
-                                   lambda text, finish: parse_verdict(text, n, names, finish))
+                                   lambda text, finish: parse_verdict(text, n, names, finish), priority,
+                                   self.trail)
         return Review(verdict, usage)

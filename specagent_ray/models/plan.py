@@ -111,6 +111,11 @@ class PlanVerifier:
 class PlanEngineClient:
     """The coordinator's ``EngineClient`` for ``ScriptedEngines``: plan-following models, no batching."""
 
+    def __init__(self) -> None:
+        from ..serve.priority import ProgramPriority
+
+        self.priority = ProgramPriority()  # nothing waits on an engine; its waits stay empty
+
     def models(self, session: object, catalog: object) -> tuple[PlanPolicy, PlanPolicy, PlanVerifier]:
         return PlanPolicy("weak"), PlanPolicy("strong"), PlanVerifier()
 

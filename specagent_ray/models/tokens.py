@@ -70,7 +70,8 @@ class TokenModel:
         steps = history.steps + tuple(draft)
         prompt = self.system_tokens + self.steps_tokens(steps)
         decode = self.reasoning.get(role, 700) + self.action_tokens(action)
-        return Usage(prompt, min(cache.hit(self, steps), prompt), decode)
+        hit = min(cache.hit(self, steps), prompt)
+        return Usage(prompt, hit, decode, hit)  # the layout's prediction is the model: delivered as predicted
 
     def verify_usage(self, cache: PrefixCache, history: History, block: Sequence[Step],
                      repair: Action | None) -> Usage:
@@ -79,4 +80,5 @@ class TokenModel:
         decode = self.verdict_tokens + self.verdict_tokens_per_step * len(block)
         if repair is not None:
             decode += self.action_tokens(repair)
-        return Usage(prompt, min(cache.hit(self, steps), prompt), decode)
+        hit = min(cache.hit(self, steps), prompt)
+        return Usage(prompt, hit, decode, hit)

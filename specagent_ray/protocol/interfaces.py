@@ -80,7 +80,8 @@ class User(Protocol):
     async def reply(self, text: str) -> Observation: ...
 
 
-Purpose = Literal["draft", "verify", "repair", "step", "speculate", "escalate"]
+# "prefill": the serving layer's prefill of H ahead of a verify (serve/prefill_ahead.py), never the protocol's
+Purpose = Literal["draft", "verify", "repair", "step", "speculate", "escalate", "prefill"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,11 +145,14 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage of one model call. ``cached_prompt_tokens`` is the part of the prompt served from cache."""
+    """Token usage of one model call. ``cached_prompt_tokens`` is the part of the prompt served from cache
+    (delivered); ``predicted_cached_tokens`` the part the prompt layout predicts would be: what it shares
+    with the session's previous prompt to the same engine (0 where nothing predicts it)."""
 
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
     decode_tokens: int = 0
+    predicted_cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

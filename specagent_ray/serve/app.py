@@ -100,6 +100,9 @@ class CoordinatorDeployment:
 
         metrics = ProtocolMetrics()
         self.coordinator.on_fallback = metrics.count_fallback
+        method = self.coordinator.cfg.defaults.method
+        self.coordinator.metrics.on_session = lambda s: metrics.observe_finished(s.request.method or method,
+                                                                                 s.ledger.calls)
         for batcher in self.coordinator.engines.batchers().get("verify", []):  # verifier batches only
             batcher.on_batch = metrics.observe_batch
 

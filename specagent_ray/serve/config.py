@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..costs.hardware import Hardware
 from ..protocol.baselines import METHODS
+from .priority import PriorityConfig
 
 
 class Strict(BaseModel):
@@ -47,6 +48,9 @@ class Endpoint(Strict):
     url: str = Field(description="base URL ending in /v1")
     model: str
     api_key_env: str | None = Field(None, description="environment variable that holds the API key")
+    send_priority: bool = Field(False, description="send each request's priority (serve/priority.py); the "
+                                "engine must run vLLM with scheduling_policy: priority, or it refuses every "
+                                "request")
 
 
 class OpenAIEngines(Strict):
@@ -65,6 +69,11 @@ class OpenAIEngines(Strict):
     policy_chars: int | None = Field(None, ge=100, description="cut the domain policy in prompts to this many "
                                      "characters (small local models have short contexts); None keeps it whole")
     observation_chars: int = Field(4000, ge=100, description="longest tool result or user reply in prompts")
+    prefill_ahead: bool = Field(False, description="while a block is drafted, prefill the verify prompt's "
+                                "leading block (system + H) on the verifier at the lowest priority, so that "
+                                "the verify computes only the block (serve/prefill_ahead.py). On where the "
+                                "verifier is a vLLM engine with prefix caching; off for a cloud API, which "
+                                "bills the prefill and whose cache is not ours")
 
 
 class ScriptedEngines(Strict):
@@ -102,6 +111,8 @@ class CoordinatorConfig(Strict):
                                 "successor waits this much longer than the lease period")
     ack_timeout_s: float = Field(10.0, gt=0, description="how long create, messages and tool results wait for "
                                  "their records to be stored before answering 503")
+    priority: PriorityConfig = Field(PriorityConfig(), description="the order of engine requests: staged-write "
+                                     "verifies first, drafts later, least attained strong service first")
     compact_min: int = Field(20_000, ge=1, description="records stored since the last snapshot before the "
                              "session log is compacted (also at least twice the live sessions' records)")
 

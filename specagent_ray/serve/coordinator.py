@@ -236,7 +236,7 @@ class Coordinator:
         """Account a session's end, free its tool environment, and drop the oldest finished sessions
         past ``retain_finished`` from memory (their records stay in the log)."""
         self.admission.retire(self.sessions, s.id)
-        self.metrics.finished[s.status] = self.metrics.finished.get(s.status, 0) + 1
+        self.metrics.finish(s)
         if not close_tools:
             return
         try:

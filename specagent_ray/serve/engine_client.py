@@ -10,18 +10,22 @@ protocol's own interfaces:
 A session keeps its lane (hash of its id) for life, and every call carries ``x-session-id`` (HTTP) or
 ``session_id`` (Serve handle), which a session-aware router would use to keep it on one replica, where
 its prefix stays cached. The profiles do not turn such a router on yet (docs/serving.md says why); for
-model engines, Ray Serve LLM's prefix-aware router plays that part. Verify requests go before drafts (priority 0): a session waiting on a staged
-write is the one a user is waiting for.
+model engines, Ray Serve LLM's prefix-aware router plays that part.
+
+Every call gets a priority from ``ProgramPriority`` (``serve/priority.py``): a session waiting on a staged
+write first, drafts later, least attained strong service first, with a bounded wait for all. The
+batchers order by it; with ``send_priority`` the engines (vLLM's priority scheduler) do too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from ..models.backend import BackendError, ChatBackend
-from ..models.llm import LLMPolicy, LLMVerifier
+from ..models.llm import LLMPolicy, LLMVerifier, PromptTrail
 from ..models.prompts import PromptConfig
 from ..protocol.interfaces import EngineUnavailable, MalformedOutput, Policy, Verifier
 from ..protocol.types import History, Proposal, Review, Step
@@ -29,11 +33,10 @@ from ..telemetry.tracing import traceparent_headers
 from .batcher import Batcher
 from .config import CoordinatorConfig, OpenAIEngines, SimEngines
 from .handles import lane_of
+from .prefill_ahead import PrefillAhead
+from .priority import ProgramPriority
 from .session import Catalog, Session
 from .sim_engine import SimRequest
-
-VERIFY, DRAFT = 0, 1  # batch priorities: lower leaves first
-
 
 async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Awaitable[Any]]) -> Any:
     """``call`` up to n times; malformed output is an answer and is not retried here. What still fails
@@ -62,6 +65,9 @@ class EngineClient(Protocol):
     def queued(self) -> int: ...
 
     def batchers(self) -> dict[str, list[Batcher]]: ...
+
+    @property
+    def priority(self) -> ProgramPriority: ...
 
 
 class _Remote:
@@ -110,6 +116,7 @@ class SimEngineClient:
 
     def __init__(self, drafter: Any, verifier: Any, engines: SimEngines, coord: CoordinatorConfig):
         self.coord = coord
+        self.priority = ProgramPriority(coord.priority)
         window_s, most = coord.batch_window_ms / 1000, coord.max_batch
         self.lanes = engines.verifier_replicas
         self.draft_lanes = engines.drafter_replicas
@@ -144,14 +151,14 @@ class SimEngineClient:
             return SimRequest(session.id, session.domain, session.task.id, trial, history.steps, tuple(draft), feedback,
                               criterion)
 
-        c = self.coord
-        weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s,
-                            lambda h, d, f: self.drafts[draft_lane](req(h, d, f), DRAFT))
-        strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s,
-                              lambda h, d, f: self.strong_steps[verifier_lane](req(h, d, f), VERIFY))
-        verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s,
-                                  lambda h, b, criterion: self.verifies[verifier_lane](req(h, b, criterion=criterion),
-                                                                                       VERIFY))
+        c, p, sid = self.coord, self.priority, session.id
+        weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, lambda h, d, f: p.run(
+            sid, p.draft_kind(sid), lambda n: self.drafts[draft_lane](req(h, d, f), n)))
+        strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, lambda h, d, f: p.run(
+            sid, p.strong_kind(sid), lambda n: self.strong_steps[verifier_lane](req(h, d, f), n)))
+        verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s, lambda h, b, crit: p.run(
+            sid, p.verify_kind(sid, any(x.staged for x in b)),
+            lambda n: self.verifies[verifier_lane](req(h, b, criterion=crit), n)))
         return weak, strong, verifier
 
 
@@ -168,10 +175,13 @@ class OpenAIEngineClient:
 
         self.drafter, self.verifier = backend(engines.drafter), backend(engines.verifier)
         self.verify_batch = Batcher(self._together, coord.batch_window_ms / 1000, coord.max_batch)
+        self.priority = ProgramPriority(coord.priority)
+        self.ahead = PrefillAhead(self.verifier, self.priority, engines.verifier.send_priority, time.perf_counter) \
+            if engines.prefill_ahead else None
 
     @staticmethod
-    async def _together(items: Sequence[tuple[LLMVerifier, History, Sequence[Step]]]) -> list:
-        return await asyncio.gather(*(v.verify(h, b) for v, h, b in items), return_exceptions=True)
+    async def _together(items: Sequence[tuple[LLMVerifier, History, Sequence[Step], int | None]]) -> list:
+        return await asyncio.gather(*(v.verify(h, b, n) for v, h, b, n in items), return_exceptions=True)
 
     def queued(self) -> int:
         return len(self.verify_batch)
@@ -185,13 +195,32 @@ class OpenAIEngineClient:
         prompt = PromptConfig(policy=policy, observation_chars=self.cfg.observation_chars, **role)
         headers = lambda: {**traceparent_headers(), "x-session-id": session.id}
         kw = {"max_tokens": self.cfg.max_tokens, "temperature": 0.0, "headers": headers}
-        weak_llm = LLMPolicy(self.drafter, prompt, catalog.schemas, **kw)
-        strong_llm = LLMPolicy(self.verifier, prompt, catalog.schemas, **kw)
-        verifier_llm = LLMVerifier(self.verifier, prompt, catalog.schemas, **kw)
-        c = self.coord
-        weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, weak_llm.propose)
-        strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, strong_llm.propose)
+        on_verifier = PromptTrail()  # the strong steps, verifies and prefills of this session share an engine
+        weak_llm = LLMPolicy(self.drafter, prompt, catalog.schemas, trail=PromptTrail(), **kw)
+        strong_llm = LLMPolicy(self.verifier, prompt, catalog.schemas, trail=on_verifier, **kw)
+        verifier_llm = LLMVerifier(self.verifier, prompt, catalog.schemas, trail=on_verifier, **kw)
+        c, p, sid = self.coord, self.priority, session.id
+        # the verify batcher orders by n either way; an engine only where it runs vLLM's priority scheduler
+        weak_n = (lambda n: n) if self.cfg.drafter.send_priority else (lambda n: None)
+        send = (lambda n: n) if self.cfg.verifier.send_priority else (lambda n: None)
+        sent = self.ahead.sent if self.ahead else (lambda sid, steps: None)
         judges = {"semantic": verifier_llm, "exact": verifier_llm.by_exact_match()}
-        verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s,
-                                  lambda h, b, criterion: self.verify_batch((judges[criterion], h, b), VERIFY))
+
+        def draft(h: History, d: Sequence[Step], f: str | None) -> Awaitable[Proposal]:
+            if self.ahead and not d and f is None:  # a block starts: the verifier computes H meanwhile
+                self.ahead.start(session, verifier_llm.prompts, h, headers, on_verifier)
+            return p.run(sid, p.draft_kind(sid), lambda n: weak_llm.propose(h, d, f, weak_n(n)))
+
+        def strong_step(h: History, d: Sequence[Step], f: str | None) -> Awaitable[Proposal]:
+            sent(sid, h.steps + tuple(d))
+            return p.run(sid, p.strong_kind(sid), lambda n: strong_llm.propose(h, d, f, send(n)))
+
+        def verify(h: History, b: Sequence[Step], crit: str) -> Awaitable[Review]:
+            sent(sid, h.steps + tuple(b))
+            return p.run(sid, p.verify_kind(sid, any(x.staged for x in b)),
+                         lambda n: self.verify_batch((judges[crit], h, b, send(n)), n))
+
+        weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, draft)
+        strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, strong_step)
+        verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s, verify)
         return weak, strong, verifier

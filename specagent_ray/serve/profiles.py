@@ -73,6 +73,7 @@ def load_profile(name_or_path: str | os.PathLike[str], args: Mapping[str, Any] |
         else ServeDeploySchema.parse_obj(raw)
     for app in schema.applications:
         validate_args(app.import_path, app.args or {})
+    check_engines(schema.applications)
     return schema
 
 
@@ -92,6 +93,30 @@ def validate_args(import_path: str, args: Mapping[str, Any]) -> None:
             LLMConfig.model_validate(cfg)
     else:
         raise ValueError(f"unknown application builder {import_path!r}; profiles use {OURS} and {RAY_LLM}")
+
+
+def check_engines(apps: Iterable[Any]) -> None:
+    """Raise ValueError where our app asks an engine of the same config for what it does not do: priorities
+    (``send_priority``) of one without vLLM's priority scheduler, which then refuses every request; a
+    prefill ahead (``prefill_ahead``) of a verifier without prefix caching, which would compute H twice."""
+    engines = {c["model_loading_config"]["model_id"]: c.get("engine_kwargs") or {}
+               for a in apps if a.import_path == RAY_LLM for c in (a.args or {}).get("llm_configs", [])}
+    for app in apps:
+        if app.import_path != OURS:
+            continue
+        cfg = (app.args or {}).get("engines") or {}
+        for role in ("drafter", "verifier"):
+            e = cfg.get(role) or {}
+            kw = engines.get(e.get("model"))
+            if kw is None:
+                continue  # not served by this config (a cloud API)
+            if e.get("send_priority") and kw.get("scheduling_policy", "fcfs") != "priority":
+                raise ValueError(f"engines.{role}.send_priority is on, but engine {e['model']!r} runs "
+                                 f"scheduling_policy {kw.get('scheduling_policy', 'fcfs')!r}: set its engine_kwargs' "
+                                 "scheduling_policy to priority, or send_priority to false")
+            if role == "verifier" and cfg.get("prefill_ahead") and not kw.get("enable_prefix_caching"):
+                raise ValueError(f"engines.prefill_ahead is on, but engine {e['model']!r} has no "
+                                 "enable_prefix_caching: turn it on, or prefill_ahead off")
 
 
 def moved(url: str, old_port: int, port: int) -> str:

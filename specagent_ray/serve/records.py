@@ -80,7 +80,8 @@ class ModelCallJson(BaseModel):
     role: Author
     purpose: Purpose
     wall_s: float
-    usage: tuple[int, int, int] = Field(description="prompt, cached prompt and decode tokens")
+    usage: tuple[int, int, int] | tuple[int, int, int, int] = Field(
+        description="prompt, cached prompt and decode tokens, then the predicted cached tokens (older logs: 3)")
 
 
 class TurnMeta(BaseModel):

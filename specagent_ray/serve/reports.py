@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..costs.hardware import Hardware
 from ..costs.ledger import Ledger
 from ..telemetry.resources import report_from_ledger
 from .config import AppConfig
-from .records import Commit, ProtocolEvent, Record
+from .records import Commit, ModelCalls, ProtocolEvent, Record
 from .session import Session, summary
 from .wire import step_dict
+
+
+ROLES = ("weak", "strong")
 
 
 def usage_by_role(ledger: Ledger) -> dict[str, dict[str, Any]]:
@@ -22,7 +25,8 @@ def usage_by_role(ledger: Ledger) -> dict[str, dict[str, Any]]:
     for role in ("weak", "strong"):
         t = ledger.totals(role)  # type: ignore[arg-type]
         out[role] = {"calls": t.calls, "prompt_tokens": t.prompt_tokens, "cached_prompt_tokens": t.cached_prompt_tokens,
-                     "decode_tokens": t.decode_tokens, "wall_s": round(t.wall_s, 6)}
+                     "predicted_cached_tokens": t.predicted_cached_tokens, "decode_tokens": t.decode_tokens,
+                     "wall_s": round(t.wall_s, 6)}
     return out
 
 
@@ -45,7 +49,8 @@ def percentiles(values: Sequence[float], qs: Sequence[float] = (50, 90, 99)) -> 
 
 class Metrics:
     """Running totals for the coordinator's ``stats()``, kept as records are appended (no rescans).
-    Overhead and log-wait samples are bounded to the most recent ``keep``."""
+    Overhead, log-wait and per-session cache-share samples are bounded to the most recent ``keep``.
+    ``on_session`` sees each finished session (Prometheus, ``telemetry/metrics.py``)."""
 
     def __init__(self, keep: int = 200_000):
         self.committed_steps = self.fallbacks = self.redrafts = 0
@@ -53,15 +58,68 @@ class Metrics:
         self.finished: dict[str, int] = {}
         self.overheads: deque[float] = deque(maxlen=keep)
         self.log_waits: deque[float] = deque(maxlen=keep)
+        self.cache = {role: [0, 0, 0] for role in ROLES}  # prompt, cached (delivered), predicted cached tokens
+        self.session_shares: dict[str, deque[float]] = {role: deque(maxlen=keep) for role in ROLES}
+        self.on_session: Callable[[Session], None] = lambda s: None
 
     def count(self, record: Record) -> None:
         match record:
-            case Commit(steps=steps):
+            case Commit(steps=steps, calls=calls):
                 self.committed_steps += len(steps)
+                self._calls(calls)
+            case ModelCalls(calls=calls):
+                self._calls(calls)
             case ProtocolEvent(t="verifier_fallback"):
                 self.fallbacks += 1
             case ProtocolEvent(t="redraft"):
                 self.redrafts += 1
+
+    def _calls(self, calls: Iterable[Any]) -> None:
+        for c in calls:
+            total, u = self.cache.setdefault(c.role, [0, 0, 0]), c.usage
+            total[0] += u[0]
+            total[1] += u[1]
+            total[2] += u[3] if len(u) > 3 else 0
+
+    def finish(self, s: Session) -> None:
+        """A session ended: count it by status, keep its delivered cache share per role."""
+        self.finished[s.status] = self.finished.get(s.status, 0) + 1
+        for role in ROLES:
+            t = s.ledger.totals(role)  # type: ignore[arg-type]
+            if t.prompt_tokens:
+                self.session_shares[role].append(t.cached_prompt_tokens / t.prompt_tokens)
+        self.on_session(s)
+
+    def cache_stats(self) -> dict[str, Any]:
+        """Per role: prompt tokens, the cached share delivered and predicted, the gap (predicted minus
+        delivered: cache the layout promised and the engines did not give), and the delivered share's p10
+        over finished sessions (the sessions the cache serves worst)."""
+        out = {}
+        for role, (prompt, cached, predicted) in self.cache.items():
+            share = lambda n: round(n / prompt, 4) if prompt else None
+            out[role] = {"prompt_tokens": prompt, "cached_tokens": cached, "predicted_cached_tokens": predicted,
+                         "cached_share": share(cached), "predicted_share": share(predicted),
+                         "gap": share(predicted - cached),
+                         "session_cached_share": percentiles(self.session_shares.get(role, ()), (10, 50))}
+        return out
+
+
+def combined_cache(shards: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Shards' ``cache_stats()`` as one: tokens summed, shares of the sums; the per-session share's
+    percentiles are the worst (lowest) shard's, as sessions' shares do not add up."""
+    out = {}
+    for role in {r for s in shards for r in s}:
+        rows = [s[role] for s in shards if role in s]
+        prompt, cached, predicted = (sum(r[k] for r in rows) for k in
+                                     ("prompt_tokens", "cached_tokens", "predicted_cached_tokens"))
+        share = lambda n: round(n / prompt, 4) if prompt else None
+        sessions = [r["session_cached_share"] for r in rows]
+        low = {k: min((x[k] for x in sessions if x.get(k) is not None), default=None) for k in ("p10", "p50")}
+        out[role] = {"prompt_tokens": prompt, "cached_tokens": cached, "predicted_cached_tokens": predicted,
+                     "cached_share": share(cached), "predicted_share": share(predicted),
+                     "gap": share(predicted - cached),
+                     "session_cached_share": {"n": sum(x["n"] for x in sessions), **low}}
+    return out
 
 
 def merged(counters: Iterable[Mapping[int, int]]) -> dict[int, int]:
@@ -86,7 +144,10 @@ def shard_stats(c: Any) -> dict[str, Any]:
             "queued": c.engines.queued(), "log_flushes": c.log.flushes, "resumed": c.recovery.resumed,
             "log": {"epoch": c.log.epoch, "flushes": c.log.flushes, "compactions": c.log.compactions,
                     "fenced": c.fenced, "problems": c.recovery.problems, "broken_sessions": dict(c.recovery.broken)},
-            "fallbacks": m.fallbacks, "redrafts": m.redrafts,
+            "fallbacks": m.fallbacks, "redrafts": m.redrafts, "cache": m.cache_stats(),
+            # engine calls by kind (serve/priority.py), from asked to answered; "write": a staged write's wait
+            "engine_wait_s": {kind: percentiles(w) for kind, w in c.engines.priority.waits.items()},
+            **({"prefill_ahead": dict(ahead.counts)} if (ahead := getattr(c.engines, "ahead", None)) else {}),
             # CPU time of the coordinator's whole process (all threads, Ray's included) since it started
             "process_cpu_s": round(time.process_time() - m.cpu_at_start, 3)}
 

@@ -379,7 +379,7 @@ class Session:
 def call_dict(call: CallRecord) -> dict[str, Any]:
     u = call.usage
     return {"role": call.role, "purpose": call.purpose, "wall_s": call.wall_s,
-            "usage": [u.prompt_tokens, u.cached_prompt_tokens, u.decode_tokens]}
+            "usage": [u.prompt_tokens, u.cached_prompt_tokens, u.decode_tokens, u.predicted_cached_tokens]}
 
 
 def call_from(data: dict[str, Any]) -> CallRecord:

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .errors import NotFound
-from .reports import merged
+from .reports import combined_cache, merged
 
 CallShard = Callable[..., Awaitable[Any]]  # (shard index, coordinator method, *args, **kwargs) -> result
 SUMMED = ("in_memory", "committed_steps", "queued", "log_flushes", "resumed", "fallbacks", "redrafts",
@@ -84,6 +84,11 @@ def combined(shards: Sequence[dict[str, Any]]) -> dict[str, Any]:
                           for name in {n for s in shards for n in s["batch_sizes"]}}
     for key in ("overhead_s", "intent_log_wait_s"):
         out[key] = worst(s[key] for s in shards)
+    out["engine_wait_s"] = {kind: worst(s["engine_wait_s"][kind] for s in shards)
+                            for kind in shards[0]["engine_wait_s"]}
+    out["cache"] = combined_cache([s["cache"] for s in shards])
+    if "prefill_ahead" in shards[0]:
+        out["prefill_ahead"] = {k: sum(s["prefill_ahead"][k] for s in shards) for k in shards[0]["prefill_ahead"]}
     out["shards"] = list(shards)
     return out
 

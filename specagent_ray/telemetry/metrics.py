@@ -7,7 +7,7 @@ calls are cheap and never raise into the serving path.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable, Sequence
 
 from ..protocol.interfaces import CallRecord
 from ..protocol.types import Trajectory
@@ -16,10 +16,14 @@ PREFIX_BOUNDS = [0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 8.5, 12.5]
 CALL_BOUNDS = [0.5, 1.5, 2.5, 4.5, 8.5, 16.5, 32.5, 64.5]
 LATENCY_BOUNDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 BATCH_BOUNDS = [1.5, 2.5, 4.5, 8.5, 16.5, 32.5, 64.5, 128.5, 256.5]
+SHARE_BOUNDS = [0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99]
+GAP_BOUNDS = [0.001, 0.01, 0.05, 0.1, 0.2, 0.5]  # Ray's histograms take positive bounds only
 
 
 class ProtocolMetrics:
-    """Accepted-prefix length, strong calls per session, verify latency, verifier batch size, fallbacks."""
+    """Accepted-prefix length, strong calls per session, verify latency, verifier batch size, fallbacks,
+    and the engines' prefix cache by role: prompt tokens, cached tokens delivered and predicted (counters),
+    and each finished session's delivered share and its gap to the predicted one (histograms)."""
 
     def __init__(self) -> None:
         from ray.util import metrics
@@ -39,6 +43,20 @@ class ProtocolMetrics:
         self.fallbacks = metrics.Counter(
             "specagent_fallbacks_total", description="Verifier failures that fell back to a strong step.",
             tag_keys=("kind",))
+        tokens = lambda name, what: metrics.Counter(name, description=what, tag_keys=("role",))
+        self.prompt_tokens = tokens("specagent_prompt_tokens_total", "Prompt tokens of model calls (measured).")
+        self.cached_tokens = tokens("specagent_cached_prompt_tokens_total",
+                                    "Prompt tokens the engines served from their prefix cache (delivered).")
+        self.predicted_tokens = tokens("specagent_predicted_cached_tokens_total", "Prompt tokens the prompt "
+                                       "layout predicts cached: shared with the session's previous prompt.")
+        self.session_share = metrics.Histogram(
+            "specagent_session_cached_share", description="A finished session's delivered cached share of "
+            "its prompt tokens.", boundaries=SHARE_BOUNDS, tag_keys=("role",))
+        self.session_gap = metrics.Histogram(
+            "specagent_session_cache_gap", description="A finished session's predicted minus delivered cached "
+            "share where positive: cache the layout promised and the engines did not give (0 where they gave "
+            "more, from prefixes shared across sessions).",
+            boundaries=GAP_BOUNDS, tag_keys=("role",))
 
     def observe_session(self, method: str, trajectory: Trajectory, calls: Iterable[CallRecord]) -> None:
         tags = {"method": method}
@@ -47,11 +65,38 @@ class ProtocolMetrics:
                 self.accepted_prefix.observe(int(event.detail.split("/")[0]), tags=tags)
         strong = 0
         for call in calls:
-            if call.role == "strong":
+            if call.role == "strong" and call.purpose != "prefill":  # a prefill ahead decodes nothing
                 strong += 1
                 if call.purpose == "verify":
                     self.verify_latency.observe(call.wall_s, tags=tags)
         self.strong_calls.observe(strong, tags=tags)
+
+    def observe_cache(self, calls: Iterable[CallRecord]) -> None:
+        """One finished session's calls: token counters and its shares, per role."""
+        sums: dict[str, list[int]] = {}
+        for call in calls:
+            u, total = call.usage, sums.setdefault(call.role, [0, 0, 0])
+            total[0] += u.prompt_tokens
+            total[1] += u.cached_prompt_tokens
+            total[2] += u.predicted_cached_tokens
+        for role, (prompt, cached, predicted) in sums.items():
+            tags = {"role": role}
+            self.prompt_tokens.inc(prompt, tags=tags)
+            self.cached_tokens.inc(cached, tags=tags)
+            self.predicted_tokens.inc(predicted, tags=tags)
+            if prompt:
+                self.session_share.observe(cached / prompt, tags=tags)
+                self.session_gap.observe(max(0.0, (predicted - cached) / prompt), tags=tags)
+
+    def observe_finished(self, method: str, calls: Sequence[CallRecord]) -> None:
+        """A served session's end: strong calls, verify latencies and its cache (no trajectory at hand)."""
+        tags = {"method": method}
+        strong = [c for c in calls if c.role == "strong" and c.purpose != "prefill"]
+        for call in strong:
+            if call.purpose == "verify":
+                self.verify_latency.observe(call.wall_s, tags=tags)
+        self.strong_calls.observe(len(strong), tags=tags)
+        self.observe_cache(calls)
 
     def observe_batch(self, size: int) -> None:
         self.batch_size.observe(size)

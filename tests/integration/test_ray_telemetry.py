@@ -15,10 +15,12 @@ from specagent_ray.models.scripted import ScriptedPolicy, ScriptedUser, Scripted
 from specagent_ray.protocol import (  # noqa: E402
     METHODS,
     Action,
+    CallRecord,
     Effect,
     Parts,
     SpecConfig,
     Task,
+    Usage,
     Verdict,
 )
 from specagent_ray.telemetry.tracing import OtelSpans, attached, carrier, make_provider  # noqa: E402
@@ -54,6 +56,8 @@ def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
     metrics.observe_session("specagent", trajectory, parts.ledger.calls)
     metrics.observe_batch(7)
     metrics.count_fallback("timeout")
+    metrics.observe_cache([CallRecord("strong", "verify", Usage(1000, 600, 10, 900), 0.1),
+                           CallRecord("strong", "prefill", Usage(1000, 0, 1, 0), 0.1)])
     body = scrape(ray_cluster, "ray_specagent_fallbacks_total")
     assert value(body, "ray_specagent_fallbacks_total", kind="timeout") == 1.0
     assert value(body, "ray_specagent_accepted_prefix_count", method="specagent") == 2.0  # two reviewed blocks
@@ -66,6 +70,14 @@ def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
     assert value(body, "ray_specagent_strong_calls_per_session_bucket", method="specagent", le="4.5") == 1.0
     assert value(body, "ray_specagent_verifier_batch_size_bucket", le="8.5") == 1.0
     assert value(body, "ray_specagent_verifier_batch_size_bucket", le="4.5") == 0.0
+    # the cache by role: 2,000 prompt tokens, 600 delivered, 900 predicted; one session, share 0.3, gap 0.15
+    assert value(body, "ray_specagent_prompt_tokens_total", role="strong") == 2000.0
+    assert value(body, "ray_specagent_cached_prompt_tokens_total", role="strong") == 600.0
+    assert value(body, "ray_specagent_predicted_cached_tokens_total", role="strong") == 900.0
+    assert value(body, "ray_specagent_session_cached_share_bucket", role="strong", le="0.25") == 0.0
+    assert value(body, "ray_specagent_session_cached_share_bucket", role="strong", le="0.5") == 1.0
+    assert value(body, "ray_specagent_session_cache_gap_bucket", role="strong", le="0.1") == 0.0
+    assert value(body, "ray_specagent_session_cache_gap_bucket", role="strong", le="0.2") == 1.0
 
 
 @ray.remote

@@ -107,6 +107,11 @@ async def test_sessions_run_to_completion_with_batched_verifies_and_a_durable_lo
     sizes = stats["batch_sizes"]["verify"]
     assert max(sizes) > 1, sizes  # verify requests of different sessions shared a batch
     assert 0 < stats["overhead_s"]["n"] <= stats["committed_steps"]  # one sample per commit
+    cache = stats["cache"]["strong"]  # the token model's prefix cache: delivered is what the layout predicts
+    assert 0 < cache["cached_share"] < 1 and cache["gap"] == 0 and cache["session_cached_share"]["n"] == 30
+    assert cache["session_cached_share"]["p10"] <= cache["session_cached_share"]["p50"]
+    assert cache["prompt_tokens"] == sum(s.ledger.totals("strong").prompt_tokens for s in coord.sessions.values())
+    assert len(stats["engine_wait_s"]["strong"]) and stats["engine_wait_s"]["draft"]["n"] > 0
     traj = await coord.trajectory(sids[0], grade=True)
     assert traj["reward"] in (0.0, 1.0) and traj["steps"] and traj["usage"]["strong"]["calls"] >= 1
     assert traj["resources"]["flops_source"] == "estimated"
@@ -628,7 +633,7 @@ async def test_model_engines_judge_the_exact_ablation_with_the_same_verifier_pro
         def __init__(self):
             self.requests = []
 
-        async def complete(self, messages, json_schema, max_tokens, temperature=0.0, headers=None):
+        async def complete(self, messages, json_schema, max_tokens, temperature=0.0, headers=None, priority=None):
             self.requests.append(messages)
             return Completion('{"accepted_prefix": 1, "reason": "", "repair": null}', Usage(10, 0, 5), "stop", "v")
 

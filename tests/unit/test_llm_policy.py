@@ -45,7 +45,7 @@ class FakeBackend:
         self.outputs = list(outputs)
         self.requests: list[dict] = []
 
-    async def complete(self, messages, json_schema, max_tokens, temperature=0.0, headers=None) -> Completion:
+    async def complete(self, messages, json_schema, max_tokens, temperature=0.0, headers=None, priority=None) -> Completion:
         self.requests.append({"messages": list(messages), "schema": json_schema, "max_tokens": max_tokens,
                               "headers": headers})
         item = self.outputs.pop(0)

@@ -56,6 +56,32 @@ def test_a_broken_field_fails_with_its_name(tmp_path, path, value, error):
         load_profile(broken)
 
 
+def test_priorities_go_only_to_engines_that_schedule_by_them(tmp_path):
+    """An engine without vLLM's priority scheduler refuses any priority but 0: such a profile fails to load."""
+    raw = yaml.safe_load(profile_path("local-cpu").read_text())
+    verifier = raw["applications"][0]["args"]["llm_configs"][1]
+    verifier["engine_kwargs"] = {k: v for k, v in verifier["engine_kwargs"].items() if k != "scheduling_policy"}
+    broken = tmp_path / "fcfs.yaml"
+    broken.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match="engines.verifier.send_priority is on, but engine 'verifier' runs "
+                                         "scheduling_policy 'fcfs'"):
+        load_profile(broken)
+    raw["applications"][1]["args"]["engines"]["verifier"]["send_priority"] = False
+    broken.write_text(yaml.safe_dump(raw))
+    load_profile(broken)
+
+
+def test_prefill_ahead_needs_a_verifier_that_caches_prefixes(tmp_path):
+    raw = yaml.safe_load(profile_path("local-cpu").read_text())
+    raw["applications"][1]["args"]["engines"]["prefill_ahead"] = True
+    verifier = raw["applications"][0]["args"]["llm_configs"][1]
+    verifier["engine_kwargs"] = {**verifier["engine_kwargs"], "enable_prefix_caching": False}
+    broken = tmp_path / "uncached.yaml"
+    broken.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match="engines.prefill_ahead is on, but engine 'verifier' has no enable_prefix_caching"):
+        load_profile(broken)
+
+
 def test_unknown_builders_and_profiles_are_refused():
     with pytest.raises(ValueError, match="unknown application builder"):
         validate_args("os:system", {})

@@ -72,8 +72,15 @@ def test_combined_stats_sum_counters_and_keep_the_worst_percentiles():
         return {"engines": "sim", "shard": i, "sessions": {"running": running, "done": 1}, "in_memory": 2,
                 "committed_steps": 10, "queued": 0, "log_flushes": 3, "resumed": 0, "fallbacks": 1, "redrafts": 0,
                 "process_cpu_s": 1.5, "batch_sizes": {"verify": {1: 2, 4: 1}},
-                "overhead_s": {"n": 5, "p50": 0.001, "p99": p99}, "intent_log_wait_s": {"n": 0, "p50": None}}
+                "overhead_s": {"n": 5, "p50": 0.001, "p99": p99}, "intent_log_wait_s": {"n": 0, "p50": None},
+                "engine_wait_s": {"write": {"n": 2, "p99": p99}, "draft": {"n": 0, "p99": None}},
+                "cache": {"strong": {"prompt_tokens": 1000, "cached_tokens": 900 - i * 400, "predicted_cached_tokens": 950,
+                                     "session_cached_share": {"n": 3, "p10": 0.9 - i * 0.4, "p50": 0.95}}}}
     out = combined([shard(0, 3, 0.01), shard(1, 4, 0.02)])
     assert out["sessions"] == {"running": 7, "done": 2} and out["committed_steps"] == 20
     assert out["batch_sizes"]["verify"] == {1: 4, 4: 2} and out["overhead_s"] == {"n": 10, "p50": 0.001, "p99": 0.02}
     assert out["intent_log_wait_s"] == {"n": 0, "p50": None} and len(out["shards"]) == 2
+    assert out["engine_wait_s"] == {"write": {"n": 4, "p99": 0.02}, "draft": {"n": 0, "p99": None}}
+    cache = out["cache"]["strong"]  # shares of the summed tokens; the per-session share of the worst shard
+    assert cache["cached_share"] == 0.7 and cache["predicted_share"] == 0.95 and cache["gap"] == 0.25
+    assert cache["session_cached_share"] == {"n": 6, "p10": 0.5, "p50": 0.95}

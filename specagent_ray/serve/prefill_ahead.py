@@ -1,0 +1,90 @@
+"""Prefill ahead of the verify: the verifier computes the committed history H while the block is drafted.
+
+When a session starts drafting a block, the verifier gets the leading block of that block's verify prompt
+(system message + H, ``Prompts.leading_block``) as a prefill-only request: ``max_tokens`` 1, the lowest
+priority kind (``prefill``). vLLM keeps its KV blocks in the prefix cache, so the verify that follows
+computes only the block itself. The call is recorded in the session's ledger as a strong ``prefill``
+call, so resource reports count what it cost.
+
+Skipped where H is known to be cached already: H's steps are a prefix of the steps of the last prompt
+this session sent the verifier (a verify whose block was accepted whole, a repair of the same H). A
+prefill that fails costs nothing but its own request: the verify computes H itself, as without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from dataclasses import replace
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..models.backend import Backend
+from ..models.llm import PromptTrail
+from ..models.prompts import Prompts
+from ..protocol.interfaces import CallRecord
+from ..protocol.types import History, Step
+from .priority import ProgramPriority
+
+log = logging.getLogger(__name__)
+
+
+class PrefillAhead:
+    """Guarantees: at most one prefill per block start; none where the session's last verifier prompt
+    already began with H; a prefill never raises into the session, and its usage reaches the session's
+    ledger. Sessions are forgotten least-recently-used past ``keep``."""
+
+    def __init__(self, backend: Backend, priority: ProgramPriority, send_priority: bool,
+                 clock: Callable[[], float], keep: int = 100_000):
+        self.backend, self.priority, self.send_priority = backend, priority, send_priority
+        self.clock, self.keep = clock, keep
+        self._sent: OrderedDict[str, tuple[Step, ...]] = OrderedDict()
+        self.tasks: set[asyncio.Task] = set()
+        self.counts = {"sent": 0, "skipped": 0, "failed": 0}
+
+    def sent(self, session_id: str, steps: Sequence[Step]) -> None:
+        """The verifier was asked a prompt over these steps (its prefix stays cached for a while)."""
+        self._sent[session_id] = tuple(steps)
+        self._sent.move_to_end(session_id)
+        while len(self._sent) > self.keep:
+            self._sent.popitem(last=False)
+
+    def cached(self, session_id: str, history: History) -> bool:
+        last = self._sent.get(session_id)
+        steps = history.steps
+        return last is not None and len(steps) <= len(last) and all(
+            a is b or a == b for a, b in zip(steps, last, strict=False))
+
+    def start(self, session: Any, prompts: Prompts, history: History, headers: Callable[[], dict],
+              trail: PromptTrail | None = None) -> None:
+        """Begin the prefill of ``history``'s leading block for ``session`` (a ``Session``), unless cached;
+        ``trail``: the session's prompts to the verifier, which measure the prefill's predicted cache hit."""
+        if self.cached(session.id, history):
+            self.counts["skipped"] += 1
+            return
+        self.sent(session.id, history.steps)
+        self.counts["sent"] += 1
+        task = asyncio.get_running_loop().create_task(self._prefill(session, prompts, history, headers, trail))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _prefill(self, session: Any, prompts: Prompts, history: History, headers: Callable[[], dict],
+                       trail: PromptTrail | None) -> None:
+        messages = prompts.leading_block(history)
+        start = self.clock()
+
+        async def call(n: int) -> Any:
+            return await self.backend.complete(messages, None, 1, 0.0, headers(),
+                                               priority=n if self.send_priority else None)
+        try:
+            done = await self.priority.run(session.id, "prefill", call)
+        except Exception as exc:  # noqa: BLE001 - the verify computes H itself, as without prefill ahead
+            self.counts["failed"] += 1
+            self._sent.pop(session.id, None)
+            log.info("prefill ahead of session %s failed: %s", session.id, exc)
+            return
+        usage = done.usage
+        if trail is not None:
+            usage = replace(usage, predicted_cached_tokens=trail.predicted(messages, usage.prompt_tokens))
+        session.ledger.record(CallRecord("strong", "prefill", usage, self.clock() - start))

@@ -1,0 +1,137 @@
+"""Program-level priority of engine requests (vLLM's ``priority``: lower is served first).
+
+Every request gets a virtual deadline, ``now + slack``, sent as a whole number of ``quantum_s`` since the
+scheduler started. The slack is the sum of
+- its kind's slack (``PriorityConfig.slack_s``): a verify or repair of a session blocked on a staged write
+  (``write``) has none; other strong-engine calls (``strong``) a little; drafts (``draft``) more; a
+  prefill ahead of a verify (``prefill``) the most;
+- ``level_s`` per level of the session's attained strong-engine service, least attained first (Autellix's
+  program-level least attained service): level = floor(log2(1 + service / unit_tokens)), capped at
+  ``levels - 1``. The kinds' slacks are further apart than the largest level slack, so a kind's order
+  never depends on which session asks.
+
+An engine that serves waiting requests by (priority, arrival), as vLLM's priority scheduler does, lets a
+request be passed only by requests with an earlier deadline: ones that arrived at most
+``max_slack_s`` after it. That is aging with a bound: a request waits at most that window plus the time
+to serve what was already queued ahead of it, however many better requests keep arriving.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+T = TypeVar("T")
+Kind = Literal["write", "strong", "draft", "prefill"]
+KINDS: tuple[Kind, ...] = ("write", "strong", "draft", "prefill")
+
+
+class PriorityConfig(BaseModel):
+    """How engine requests are ordered: by kind first, then by the session's attained strong service."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    quantum_s: float = Field(0.01, gt=0, description="resolution of the deadlines sent as priorities")
+    slack_s: dict[Kind, float] = Field(
+        default_factory=lambda: {"write": 0.0, "strong": 1.0, "draft": 2.0, "prefill": 3.0},
+        description="each kind's slack, seconds: write (verify or repair of a session blocked on a staged "
+                    "write), strong (other verifies and strong steps), draft, prefill (ahead of a verify)")
+    level_s: float = Field(0.2, ge=0, description="slack per level of attained strong-engine service")
+    levels: int = Field(5, ge=1, le=64, description="service levels; level = floor(log2(1 + tokens / unit))")
+    unit_tokens: int = Field(2048, ge=1, description="strong-engine tokens (uncached prompt + decode) of level 1")
+
+    @model_validator(mode="after")
+    def _kinds_apart(self) -> PriorityConfig:
+        if set(self.slack_s) != set(KINDS):
+            raise ValueError(f"slack_s needs exactly the kinds {', '.join(KINDS)}")
+        ordered = [self.slack_s[k] for k in KINDS]
+        widest = self.level_s * (self.levels - 1)
+        if any(b - a <= widest for a, b in zip(ordered, ordered[1:])):
+            raise ValueError(f"slack_s must grow write < strong < draft < prefill by more than "
+                             f"level_s x (levels - 1) = {widest:g}s, so that kinds never swap places")
+        return self
+
+    @property
+    def max_slack_s(self) -> float:
+        """The window within which a later request can still pass an earlier one."""
+        return max(self.slack_s.values()) + self.level_s * (self.levels - 1) - min(self.slack_s.values())
+
+
+class ProgramPriority:
+    """Deadlines for engine requests, per session and kind.
+
+    Guarantees: at the same instant, write < strong < draft < prefill for any two sessions; within a
+    kind, a session with less attained service gets a smaller (or equal) number; a request made
+    ``max_slack_s`` or more after another never gets a smaller number. Sessions are forgotten
+    least-recently-used past ``keep``; a forgotten session restarts at level 0."""
+
+    def __init__(self, cfg: PriorityConfig | None = None, clock: Callable[[], float] = time.monotonic,
+                 keep: int = 100_000, samples: int = 50_000):
+        self.cfg = cfg or PriorityConfig()
+        self.clock = clock
+        self.epoch = clock()
+        self.keep = keep
+        self._service: OrderedDict[str, int] = OrderedDict()
+        self.blocked: set[str] = set()  # sessions whose staged write is being verified or repaired
+        self.waits: dict[Kind, deque[float]] = {k: deque(maxlen=samples) for k in KINDS}
+
+    def level(self, session_id: str) -> int:
+        service = self._service.get(session_id, 0)
+        return min(self.cfg.levels - 1, int(math.log2(1 + service / self.cfg.unit_tokens)))
+
+    def of(self, session_id: str, kind: Kind) -> int:
+        """The priority number of a request made now."""
+        slack = self.cfg.slack_s[kind] + self.cfg.level_s * self.level(session_id)
+        return int((self.clock() - self.epoch + slack) / self.cfg.quantum_s)
+
+    def attained(self, session_id: str, tokens: int) -> None:
+        """Add strong-engine service (uncached prompt tokens + decoded tokens) to a session."""
+        self._service[session_id] = self._service.get(session_id, 0) + max(0, tokens)
+        self._service.move_to_end(session_id)
+        while len(self._service) > self.keep:
+            gone, _ = self._service.popitem(last=False)
+            self.blocked.discard(gone)
+
+    def observe(self, kind: Kind, wait_s: float) -> None:
+        """One request's time from being asked to being answered."""
+        self.waits[kind].append(wait_s)
+
+    # -- the kinds of a session's calls ------------------------------------------------------------
+
+    def draft_kind(self, session_id: str) -> Kind:
+        self.blocked.discard(session_id)  # drafting again: no staged write is waiting any more
+        return "draft"
+
+    def verify_kind(self, session_id: str, staged: bool) -> Kind:
+        """A verify of a block that stages a write blocks its session until it (or a repair) is answered."""
+        if staged:
+            self.attained(session_id, 0)  # known, so that forgetting it unblocks it too
+            self.blocked.add(session_id)
+            return "write"
+        self.blocked.discard(session_id)
+        return "strong"
+
+    def strong_kind(self, session_id: str) -> Kind:
+        return "write" if session_id in self.blocked else "strong"
+
+    async def run(self, session_id: str, kind: Kind, call: Callable[[int], Awaitable[T]]) -> T:
+        """``call(priority)``; its wait is observed, and a strong-engine call's tokens are the session's
+        attained service (what a failed call spent included, where the failure carries its usage)."""
+        start = self.clock()
+        result: Any = None
+        try:
+            result = await call(self.of(session_id, kind))
+            return result
+        except Exception as exc:
+            result = exc
+            raise
+        finally:
+            self.observe(kind, self.clock() - start)
+            usage = getattr(result, "usage", None)
+            if kind != "draft" and usage is not None:
+                self.attained(session_id, usage.prompt_tokens - usage.cached_prompt_tokens + usage.decode_tokens)
