@@ -26,6 +26,7 @@ from ..protocol.interfaces import EngineUnavailable, MalformedOutput
 from ..protocol.types import Action, Effect, History, Observation, Step, Task
 from ..serve.config import CoordinatorConfig, Endpoint, OpenAIEngines
 from ..serve.engine_client import OpenAIEngineClient
+from ..serve.priority import PriorityConfig
 from ..serve.session import Catalog
 
 SCHEMAS = {
@@ -41,13 +42,14 @@ REVIEW = "You are now the reviewer."  # how a verify prompt's last message begin
 
 @dataclass(frozen=True)
 class Mix:
-    """Sessions x blocks; each block has ``k`` steps, the last a staged write in every other block; a
+    """Sessions x blocks; each block has ``k`` steps, the last a staged write in every ``write_every``-th; a
     user turn of ``turn_chars`` (what a client sends back: a reply, a client tool's result) follows each
     write, during the pause. Sessions start ``stagger_s`` apart and pause between blocks."""
 
     sessions: int = 4
     blocks: int = 4
     k: int = 3
+    write_every: int = 2
     policy_chars: int = 2000
     observation_chars: int = 300
     turn_chars: int = 1500
@@ -68,6 +70,20 @@ class Run:
     tokens: dict[str, list[int]] = field(default_factory=lambda: {"weak": [0, 0], "strong": [0, 0]})
     prefill: dict[str, int] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)  # calls the engines did not answer (each one's error)
+
+    def add(self, other: Run) -> None:
+        """Pool another run's samples and sums into this one (repeats of the same setting)."""
+        self.verify += other.verify
+        self.ttft_s += other.ttft_s
+        self.session_s += other.session_s
+        self.failed += other.failed
+        for kind, waits in other.waits.items():
+            self.waits.setdefault(kind, []).extend(waits)
+        for role, (prompt, cached) in other.tokens.items():
+            self.tokens[role][0] += prompt
+            self.tokens[role][1] += cached
+        for key, n in other.prefill.items():
+            self.prefill[key] = self.prefill.get(key, 0) + n
 
 
 class FirstTokenBackend(ChatBackend):
@@ -102,14 +118,15 @@ def policy_text(label: str, chars: int) -> str:
 
 
 def block_of(session: int, block: int, mix: Mix) -> list[Step]:
-    """Block ``block`` of session ``session``: reads with observations, then (every other block) a staged write."""
-    steps = []
-    for j in range(mix.k - (block % 2 == 0)):
+    """Block ``block`` of session ``session``: reads with observations, then (in every ``write_every``-th
+    block, the first included) a staged write."""
+    steps, writes = [], block % mix.write_every == 0
+    for j in range(mix.k - writes):
         rid = f"R{session:03d}{block}{j}"
         obs = f"reservation {rid}: " + ", ".join(f"leg {n} LAX-SFO seat {n}C fare 12{n}" for n in range(40))
         steps.append(Step(Action.tool("get_reservation", id=rid), Observation(obs[: mix.observation_chars]),
                           "weak", Effect.READ))
-    if block % 2 == 0:
+    if writes:
         steps.append(Step(Action.tool("update_seat", id=f"R{session:03d}{block}0", seat="14A"), None, "weak",
                           Effect.WRITE))
     return steps
@@ -140,13 +157,15 @@ class Tokens:
         return len(out["input_ids"] if hasattr(out, "keys") else out)  # transformers 5 answers a BatchEncoding
 
 
-def engine_client(url: str, mix: Mix, prefill_ahead: bool, priority: bool) -> OpenAIEngineClient:
+def engine_client(url: str, mix: Mix, prefill_ahead: bool, priority: bool, order: PriorityConfig | None = None,
+                  trust_s: float = 60.0) -> OpenAIEngineClient:
     """The serving path's engine client on ``url``, its verifier backend timing first tokens."""
     engines = OpenAIEngines(drafter=Endpoint(url=url, model="drafter", send_priority=priority),
                             verifier=Endpoint(url=url, model="verifier", send_priority=priority),
-                            prefill_ahead=prefill_ahead, max_tokens=mix.max_tokens, timeout_s=600, max_retries=0,
-                            observation_chars=mix.observation_chars)
-    client = OpenAIEngineClient(engines, CoordinatorConfig(batch_window_ms=2.0, verify_timeout_s=600), {})
+                            prefill_ahead=prefill_ahead, prefill_trust_s=trust_s, max_tokens=mix.max_tokens,
+                            timeout_s=600, max_retries=0, observation_chars=mix.observation_chars)
+    coord = CoordinatorConfig(batch_window_ms=2.0, verify_timeout_s=600, priority=order or PriorityConfig())
+    client = OpenAIEngineClient(engines, coord, {})
     timed = FirstTokenBackend(client.verifier.base_url, model="verifier", timeout_s=600, max_retries=0)
     timed.client = client.verifier.client  # one HTTP client, closed once
     client.verifier = timed
@@ -171,9 +190,11 @@ def _instruction(i: int) -> str:
     return f"Passenger {i}: please move me to a window seat on all my trips."
 
 
-async def run_mix(url: str, mix: Mix, tokens: Tokens, label: str, prefill_ahead: bool, priority: bool) -> Run:
-    """One run of the mix on the engines at ``url`` with the features given."""
-    client = engine_client(url, mix, prefill_ahead, priority)
+async def run_mix(url: str, mix: Mix, tokens: Tokens, label: str, prefill_ahead: bool, priority: bool,
+                  order: PriorityConfig | None = None, trust_s: float = 60.0) -> Run:
+    """One run of the mix on the engines at ``url`` with the features given (``order``: the priority
+    slacks, the coordinator's defaults when None; ``trust_s``: prefill ahead's trust in the cache)."""
+    client = engine_client(url, mix, prefill_ahead, priority, order, trust_s)
     run = Run(label)
     policy = policy_text(f"{label}-{time.time_ns()}", mix.policy_chars)
     catalog = Catalog(SCHEMAS, EFFECTS, policy)

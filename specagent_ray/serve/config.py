@@ -74,6 +74,10 @@ class OpenAIEngines(Strict):
                                 "the verify computes only the block (serve/prefill_ahead.py). On where the "
                                 "verifier is a vLLM engine with prefix caching; off for a cloud API, which "
                                 "bills the prefill and whose cache is not ours")
+    prefill_trust_s: float = Field(60.0, gt=0, description="how long the verifier is trusted to keep a session's "
+                                   "prefix cached; a block that starts later (after a long tool pause) prefills "
+                                   "H again even if the last verify covered it (keep-warm: vLLM evicts prefix "
+                                   "blocks least recently used under KV pressure)")
 
 
 class ScriptedEngines(Strict):

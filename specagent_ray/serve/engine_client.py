@@ -176,8 +176,8 @@ class OpenAIEngineClient:
         self.drafter, self.verifier = backend(engines.drafter), backend(engines.verifier)
         self.verify_batch = Batcher(self._together, coord.batch_window_ms / 1000, coord.max_batch)
         self.priority = ProgramPriority(coord.priority)
-        self.ahead = PrefillAhead(self.verifier, self.priority, engines.verifier.send_priority, time.perf_counter) \
-            if engines.prefill_ahead else None
+        self.ahead = PrefillAhead(self.verifier, self.priority, engines.verifier.send_priority, time.perf_counter,
+                                  engines.prefill_trust_s) if engines.prefill_ahead else None
 
     @staticmethod
     async def _together(items: Sequence[tuple[LLMVerifier, History, Sequence[Step], int | None]]) -> list:
@@ -215,10 +215,12 @@ class OpenAIEngineClient:
             sent(sid, h.steps + tuple(d))
             return p.run(sid, p.strong_kind(sid), lambda n: strong_llm.propose(h, d, f, send(n)))
 
-        def verify(h: History, b: Sequence[Step], crit: str) -> Awaitable[Review]:
+        async def verify(h: History, b: Sequence[Step], crit: str) -> Review:
+            if self.ahead:
+                await self.ahead.settled(sid)  # H is being computed: sent alongside, the verify would redo it
             sent(sid, h.steps + tuple(b))
-            return p.run(sid, p.verify_kind(sid, any(x.staged for x in b)),
-                         lambda n: self.verify_batch((judges[crit], h, b, send(n)), n))
+            return await p.run(sid, p.verify_kind(sid, any(x.staged for x in b)),
+                               lambda n: self.verify_batch((judges[crit], h, b, send(n)), n))
 
         weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, draft)
         strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, strong_step)

