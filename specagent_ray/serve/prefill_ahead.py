@@ -13,7 +13,9 @@ when KV memory runs short, so past ``trust_s`` (a long tool pause) the prefix is
 keep-warm. A prefill that fails costs nothing but its own request: the verify computes H itself.
 
 A verify that finds its session's prefill still running waits for it (``settled``): vLLM caches a prefix
-block only once it is computed, so a verify sent alongside would compute H a second time.
+block only once it is computed, so a verify sent alongside would compute H a second time. Not where
+priorities are sent: there the prefill is the engine's last choice, and a verify waiting on it would be
+a priority inversion; the verify goes first and the prefill then finds H cached.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import asyncio
 import functools
 import logging
 from collections import OrderedDict
-from dataclasses import replace
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..models.backend import Backend
@@ -89,9 +91,10 @@ class PrefillAhead:
             del self._running[session_id]
 
     async def settled(self, session_id: str) -> None:
-        """Wait until the session's prefill, if one is running, has finished (or failed)."""
+        """Wait until the session's prefill, if one is running, has finished (or failed); at once where
+        priorities are sent (the engine serves the verify first)."""
         task = self._running.get(session_id)
-        if task is not None and not task.done():
+        if task is not None and not task.done() and not self.send_priority:
             await asyncio.wait([task])  # never raises: _prefill keeps its own failures
 
     async def _prefill(self, session: Any, prompts: Prompts, history: History, headers: Callable[[], dict],

@@ -156,9 +156,11 @@ async def test_after_a_pause_longer_than_the_trust_the_prefix_is_warmed_again():
     assert c.ahead.counts["rewarmed"] == 1 and len(c.verifier.calls) == 2
 
 
-async def test_a_verify_waits_for_its_sessions_prefill_still_running():
-    """Sent alongside, the verify would compute H again (vLLM caches a block once it is computed)."""
-    c, s = client(), session()
+@pytest.mark.parametrize("send_priority", [False, True])
+async def test_a_verify_waits_for_its_sessions_prefill_still_running(send_priority):
+    """Sent alongside, the verify would compute H again (vLLM caches a block once it is computed); but
+    where priorities are sent the engine serves the verify first, and waiting would invert them."""
+    c, s = client(send_priority=send_priority), session()
     gate, order = asyncio.Event(), []
     answer = c.verifier.complete
 
@@ -173,7 +175,8 @@ async def test_a_verify_waits_for_its_sessions_prefill_still_running():
     await weak.propose(H)
     verify = asyncio.ensure_future(judge.verify(H, [READ]))
     await asyncio.sleep(0.05)
-    assert not verify.done() and order == []
+    assert verify.done() == send_priority and order == ([] if not send_priority else ["verify"])
     gate.set()
     await verify
-    assert order == ["prefill", "verify"] and not c.ahead._running
+    await settle(c)
+    assert order == (["prefill", "verify"] if not send_priority else ["verify", "prefill"]) and not c.ahead._running
