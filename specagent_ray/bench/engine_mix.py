@@ -65,6 +65,7 @@ class Run:
     label: str
     verify: list[tuple[int, int, int]] = field(default_factory=list)  # (prompt, cached, block tokens)
     ttft_s: list[float] = field(default_factory=list)
+    ttft_write_s: list[float] = field(default_factory=list)  # verifies of blocks that stage a write
     waits: dict[str, list[float]] = field(default_factory=dict)
     session_s: list[float] = field(default_factory=list)
     tokens: dict[str, list[int]] = field(default_factory=lambda: {"weak": [0, 0], "strong": [0, 0]})
@@ -75,6 +76,7 @@ class Run:
         """Pool another run's samples and sums into this one (repeats of the same setting)."""
         self.verify += other.verify
         self.ttft_s += other.ttft_s
+        self.ttft_write_s += other.ttft_write_s
         self.session_s += other.session_s
         self.failed += other.failed
         for kind, waits in other.waits.items():
@@ -204,6 +206,8 @@ async def run_mix(url: str, mix: Mix, tokens: Tokens, label: str, prefill_ahead:
         block = tokens(messages, True) - tokens(messages[:leading], False)
         run.verify.append((usage.prompt_tokens, usage.cached_prompt_tokens, block))
         run.ttft_s.append(ttft)
+        if "[STAGED" in messages[-1]["content"]:
+            run.ttft_write_s.append(ttft)
 
     client.verifier.on_verify = on_verify
     ledgers = await asyncio.gather(*(_session(client, catalog, mix, i, run) for i in range(mix.sessions)))

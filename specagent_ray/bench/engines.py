@@ -82,6 +82,7 @@ def figures(run: Run) -> dict[str, float | None]:
         "verify cached / cacheable (all but the block)": cached / cacheable if cacheable else None,
         "block tokens / verify": sum(b for _, _, b in run.verify) / n,
         "verify TTFT p50 (s)": ttft["p50"], "verify TTFT p99 (s)": ttft["p99"],
+        "staged-write verify TTFT p50 (s)": percentiles(run.ttft_write_s)["p50"],
         "staged-write wait p50 (s)": write["p50"], "staged-write wait p99 (s)": write["p99"],
         "other verify wait p99 (s)": percentiles(run.waits.get("strong", []))["p99"],
         "draft wait p99 (s)": percentiles(run.waits.get("draft", []))["p99"],

@@ -24,6 +24,8 @@ from .prompts import ChatMessage, PromptConfig, Prompts, retry_messages, seriali
 
 T = TypeVar("T")
 HeaderSource = Callable[[], Mapping[str, str]]
+# A request's engine priority, asked afresh for each request (a retry is a new request): None sends none.
+PrioritySource = Callable[[], "int | None"]
 
 
 class MalformedReply(MalformedOutput):
@@ -60,16 +62,18 @@ class PromptTrail:
 
 async def ask(backend: Backend, messages: Sequence[ChatMessage], schema: Mapping[str, Any], max_tokens: int,
               temperature: float, headers: HeaderSource | None,
-              parse: Callable[[str, str | None], T], priority: int | None = None,
+              parse: Callable[[str, str | None], T], priority: PrioritySource | None = None,
               trail: PromptTrail | None = None) -> tuple[T, Usage]:
-    """Call, parse, and on ``MalformedOutput`` retry exactly once (at the same ``priority``). Returns the
-    value and the summed usage; with a ``trail``, each call's predicted cached tokens are in it."""
+    """Call, parse, and on ``MalformedOutput`` retry exactly once; each call's priority is ``priority()``
+    at the time. Returns the value and the summed usage; with a ``trail``, each call's predicted cached
+    tokens are in it."""
     total = Usage()
     reasons: list[str] = []
     prompt = list(messages)
     for attempt in range(2):
         completion = await backend.complete(prompt, schema, max_tokens, temperature,
-                                            dict(headers()) if headers else None, priority=priority)
+                                            dict(headers()) if headers else None,
+                                            priority=priority() if priority else None)
         usage = completion.usage
         if trail is not None:
             usage = replace(usage, predicted_cached_tokens=trail.predicted(prompt, usage.prompt_tokens))
@@ -106,7 +110,7 @@ class LLMPolicy(_ModelCaller):
     the retry included; confidence is 1.0 (self-reported confidence is not read from the model)."""
 
     async def propose(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None,
-                      priority: int | None = None) -> Proposal:
+                      priority: PrioritySource | None = None) -> Proposal:
         messages = self.prompts.draft(history, draft, feedback)
         names: Collection[str] = self.prompts.tool_names
         action, usage = await ask(self.backend, messages, self.prompts.action_schema, self.max_tokens,
@@ -130,7 +134,8 @@ class LLMVerifier(_ModelCaller):
         exact.criterion = "exact"
         return exact
 
-    async def verify(self, history: History, block: Sequence[Step], priority: int | None = None) -> Review:
+    async def verify(self, history: History, block: Sequence[Step],
+                     priority: PrioritySource | None = None) -> Review:
         n = len(block)
         names: Collection[str] = self.prompts.tool_names
         prompt = self.prompts.verify(history, block, self.criterion)

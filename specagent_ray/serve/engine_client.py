@@ -153,12 +153,12 @@ class SimEngineClient:
 
         c, p, sid = self.coord, self.priority, session.id
         weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, lambda h, d, f: p.run(
-            sid, p.draft_kind(sid), lambda n: self.drafts[draft_lane](req(h, d, f), n)))
+            sid, p.draft_kind(sid), lambda n: self.drafts[draft_lane](req(h, d, f), n())))
         strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, lambda h, d, f: p.run(
-            sid, p.strong_kind(sid), lambda n: self.strong_steps[verifier_lane](req(h, d, f), n)))
+            sid, p.strong_kind(sid), lambda n: self.strong_steps[verifier_lane](req(h, d, f), n())))
         verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s, lambda h, b, crit: p.run(
             sid, p.verify_kind(sid, any(x.staged for x in b)),
-            lambda n: self.verifies[verifier_lane](req(h, b, criterion=crit), n)))
+            lambda n: self.verifies[verifier_lane](req(h, b, criterion=crit), n())))
         return weak, strong, verifier
 
 
@@ -180,7 +180,7 @@ class OpenAIEngineClient:
                                   engines.prefill_trust_s) if engines.prefill_ahead else None
 
     @staticmethod
-    async def _together(items: Sequence[tuple[LLMVerifier, History, Sequence[Step], int | None]]) -> list:
+    async def _together(items: Sequence[tuple[LLMVerifier, History, Sequence[Step], Any]]) -> list:
         return await asyncio.gather(*(v.verify(h, b, n) for v, h, b, n in items), return_exceptions=True)
 
     def queued(self) -> int:
@@ -200,7 +200,7 @@ class OpenAIEngineClient:
         strong_llm = LLMPolicy(self.verifier, prompt, catalog.schemas, trail=on_verifier, **kw)
         verifier_llm = LLMVerifier(self.verifier, prompt, catalog.schemas, trail=on_verifier, **kw)
         c, p, sid = self.coord, self.priority, session.id
-        # the verify batcher orders by n either way; an engine only where it runs vLLM's priority scheduler
+        # the verify batcher orders by n() either way; an engine only where it runs vLLM's priority scheduler
         weak_n = (lambda n: n) if self.cfg.drafter.send_priority else (lambda n: None)
         send = (lambda n: n) if self.cfg.verifier.send_priority else (lambda n: None)
         sent = self.ahead.sent if self.ahead else (lambda sid, steps: None)
@@ -220,7 +220,7 @@ class OpenAIEngineClient:
                 await self.ahead.settled(sid)  # H is being computed: sent alongside, the verify would redo it
             sent(sid, h.steps + tuple(b))
             return await p.run(sid, p.verify_kind(sid, any(x.staged for x in b)),
-                               lambda n: self.verify_batch((judges[crit], h, b, send(n)), n))
+                               lambda n: self.verify_batch((judges[crit], h, b, send(n)), n()))
 
         weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, draft)
         strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, strong_step)

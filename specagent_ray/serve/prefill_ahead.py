@@ -102,9 +102,9 @@ class PrefillAhead:
         messages = prompts.leading_block(history)
         start = self.clock()
 
-        async def call(n: int) -> Any:
+        async def call(n: Callable[[], int]) -> Any:
             return await self.backend.complete(messages, None, 1, 0.0, headers(),
-                                               priority=n if self.send_priority else None)
+                                               priority=n() if self.send_priority else None)
         try:
             done = await self.priority.run(session.id, "prefill", call)
         except Exception as exc:  # noqa: BLE001 - the verify computes H itself, as without prefill ahead

@@ -119,13 +119,15 @@ class ProgramPriority:
     def strong_kind(self, session_id: str) -> Kind:
         return "write" if session_id in self.blocked else "strong"
 
-    async def run(self, session_id: str, kind: Kind, call: Callable[[int], Awaitable[T]]) -> T:
-        """``call(priority)``; its wait is observed, and a strong-engine call's tokens are the session's
-        attained service (what a failed call spent included, where the failure carries its usage)."""
+    async def run(self, session_id: str, kind: Kind, call: Callable[[Callable[[], int]], Awaitable[T]]) -> T:
+        """``call(number)``, where ``number()`` is the priority of a request made now (a retry asks
+        again: a new request, a new deadline); its wait is observed, and a strong-engine call's tokens
+        are the session's attained service (what a failed call spent included, where the failure
+        carries its usage)."""
         start = self.clock()
         result: Any = None
         try:
-            result = await call(self.of(session_id, kind))
+            result = await call(lambda: self.of(session_id, kind))
             return result
         except Exception as exc:
             result = exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,6 +17,7 @@ from .session import Session, summary
 from .wire import step_dict
 
 
+log = logging.getLogger(__name__)
 ROLES = ("weak", "strong")
 
 
@@ -88,7 +90,10 @@ class Metrics:
             t = s.ledger.totals(role)  # type: ignore[arg-type]
             if t.prompt_tokens:
                 self.session_shares[role].append(t.cached_prompt_tokens / t.prompt_tokens)
-        self.on_session(s)
+        try:
+            self.on_session(s)
+        except Exception:  # noqa: BLE001 - a metrics exporter never fails a session's end
+            log.warning("metrics for session %s not recorded", getattr(s, "id", "?"), exc_info=True)
 
     def cache_stats(self) -> dict[str, Any]:
         """Per role: prompt tokens, the cached share delivered and predicted, the gap (predicted minus

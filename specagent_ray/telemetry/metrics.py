@@ -81,9 +81,10 @@ class ProtocolMetrics:
             total[2] += u.predicted_cached_tokens
         for role, (prompt, cached, predicted) in sums.items():
             tags = {"role": role}
-            self.prompt_tokens.inc(prompt, tags=tags)
-            self.cached_tokens.inc(cached, tags=tags)
-            self.predicted_tokens.inc(predicted, tags=tags)
+            for counter, n in ((self.prompt_tokens, prompt), (self.cached_tokens, cached),
+                               (self.predicted_tokens, predicted)):
+                if n > 0:  # Ray's Counter.inc refuses 0
+                    counter.inc(n, tags=tags)
             if prompt:
                 self.session_share.observe(cached / prompt, tags=tags)
                 self.session_gap.observe(max(0.0, (predicted - cached) / prompt), tags=tags)

@@ -58,6 +58,7 @@ def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
     metrics.count_fallback("timeout")
     metrics.observe_cache([CallRecord("strong", "verify", Usage(1000, 600, 10, 900), 0.1),
                            CallRecord("strong", "prefill", Usage(1000, 0, 1, 0), 0.1)])
+    metrics.observe_cache([CallRecord("weak", "draft", Usage(50, 0, 5, 0), 0.1)])  # zeros: Counter.inc(0) raises
     body = scrape(ray_cluster, "ray_specagent_fallbacks_total")
     assert value(body, "ray_specagent_fallbacks_total", kind="timeout") == 1.0
     assert value(body, "ray_specagent_accepted_prefix_count", method="specagent") == 2.0  # two reviewed blocks
@@ -78,6 +79,7 @@ def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
     assert value(body, "ray_specagent_session_cached_share_bucket", role="strong", le="0.5") == 1.0
     assert value(body, "ray_specagent_session_cache_gap_bucket", role="strong", le="0.1") == 0.0
     assert value(body, "ray_specagent_session_cache_gap_bucket", role="strong", le="0.2") == 1.0
+    assert value(body, "ray_specagent_prompt_tokens_total", role="weak") == 50.0
 
 
 @ray.remote

@@ -48,3 +48,14 @@ def test_a_call_round_trips_with_its_prediction():
     call = CallRecord("strong", "prefill", Usage(10, 3, 1, 7), 0.5)
     assert call_from(call_dict(call)) == call
     assert call_from({"role": "strong", "purpose": "verify", "usage": [10, 3, 1], "wall_s": 0.1}).usage == Usage(10, 3, 1, 0)
+
+
+def test_a_failing_metrics_exporter_never_fails_a_sessions_end():
+    m = Metrics()
+
+    def broken(session):
+        raise ValueError("value must be >0, got 0")  # what Ray's Counter.inc(0) raises
+
+    m.on_session = broken
+    m.finish(types.SimpleNamespace(id="s", status="done", ledger=Ledger()))
+    assert m.finished == {"done": 1}

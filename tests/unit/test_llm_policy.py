@@ -47,7 +47,7 @@ class FakeBackend:
 
     async def complete(self, messages, json_schema, max_tokens, temperature=0.0, headers=None, priority=None) -> Completion:
         self.requests.append({"messages": list(messages), "schema": json_schema, "max_tokens": max_tokens,
-                              "headers": headers})
+                              "headers": headers, "priority": priority})
         item = self.outputs.pop(0)
         text, finish = item if isinstance(item, tuple) else (item, "stop")
         return Completion(text, USAGE, finish, "fake")
@@ -81,6 +81,16 @@ async def test_one_malformed_then_good_sums_usage_and_shows_the_model_its_mistak
     assert retry["messages"][:len(first["messages"])] == first["messages"]  # still a prefix-cache hit
     assert retry["messages"][-2] == {"role": "assistant", "content": LOOKUP[:30]}
     assert "truncated output (finish_reason=length)" in retry["messages"][-1]["content"]
+
+
+async def test_a_retry_is_a_new_request_with_its_own_priority():
+    numbers = iter([7, 9])
+    p = policy((LOOKUP[:30], "length"), LOOKUP)
+    await p.propose(HISTORY, priority=lambda: next(numbers))
+    assert [r["priority"] for r in p.backend.requests] == [7, 9]
+    plain = policy(LOOKUP)
+    await plain.propose(HISTORY)
+    assert plain.backend.requests[0]["priority"] is None  # no source: no priority sent
 
 
 async def test_two_malformed_outputs_raise_with_both_reasons():

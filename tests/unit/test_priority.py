@@ -87,8 +87,9 @@ def test_run_measures_waits_and_counts_strong_service_only():
         usage = Usage(prompt_tokens=5000, cached_prompt_tokens=1000, decode_tokens=200)
 
     async def call(n):
-        seen.append(n)
+        seen.append(n())
         clock.t += 0.5
+        assert n() > seen[-1]  # asked again later (a retry), a later deadline
         return Answer()
 
     asyncio.run(p.run("s", "draft", call))
