@@ -22,7 +22,7 @@ from typing import Any
 from ..costs.ledger import Ledger
 from ..models.prompts import PromptConfig, Prompts
 from ..models.backend import ChatBackend, Completion, usage_of
-from ..protocol.interfaces import EngineUnavailable, MalformedOutput
+from ..protocol.interfaces import CallRecord, EngineUnavailable, MalformedOutput
 from ..protocol.types import Action, Effect, History, Observation, Step, Task
 from ..serve.config import CoordinatorConfig, Endpoint, OpenAIEngines
 from ..serve.engine_client import OpenAIEngineClient
@@ -252,8 +252,6 @@ async def _session(client: OpenAIEngineClient, catalog: Catalog, mix: Mix, i: in
 async def _answered(call, ledger: Ledger, role: str, purpose: str, run: Run) -> None:
     """Await a model call; its usage goes to the session's ledger (a malformed answer's too); a call the
     engines did not answer is counted in ``run.failed``."""
-    from ..protocol.interfaces import CallRecord
-
     try:
         done = await call
     except MalformedOutput as exc:
