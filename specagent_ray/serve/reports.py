@@ -22,11 +22,14 @@ ROLES = ("weak", "strong")
 
 
 def usage_by_role(ledger: Ledger) -> dict[str, dict[str, Any]]:
-    """Measured token usage per role (engine usage, or the token model's for simulated engines)."""
+    """Measured token usage per role (engine usage, or the token model's for simulated engines).
+    ``calls`` counts every call; ``prefill_calls`` those of them that only prefilled ahead of a verify."""
     out = {}
-    for role in ("weak", "strong"):
+    for role in ROLES:
         t = ledger.totals(role)  # type: ignore[arg-type]
-        out[role] = {"calls": t.calls, "prompt_tokens": t.prompt_tokens, "cached_prompt_tokens": t.cached_prompt_tokens,
+        prefills = sum(1 for c in ledger.calls if c.role == role and c.purpose == "prefill")
+        out[role] = {"calls": t.calls, "prefill_calls": prefills,
+                     "prompt_tokens": t.prompt_tokens, "cached_prompt_tokens": t.cached_prompt_tokens,
                      "predicted_cached_tokens": t.predicted_cached_tokens, "decode_tokens": t.decode_tokens,
                      "wall_s": round(t.wall_s, 6)}
     return out

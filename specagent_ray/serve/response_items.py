@@ -112,7 +112,8 @@ def usage(turn: Records) -> dict[str, Any]:
     return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": decode,
             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + decode,
             "speculation": {"blocks": len(verdicts), "drafted_steps": drafted, "accepted_steps": accepted,
-                            "strong_calls": sum(c["role"] == "strong" for c in calls),
+                            "strong_calls": sum(c["role"] == "strong" and c["purpose"] != "prefill" for c in calls),
+                            "prefill_calls": sum(c["purpose"] == "prefill" for c in calls),
                             "verdict_tokens": sum(c["usage"][2] for c in calls if c["purpose"] == "verify"),
                             "by_model": by_model}}
 

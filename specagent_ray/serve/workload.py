@@ -218,7 +218,8 @@ async def run_sessions(url: str, api_key: str, bodies: list[dict[str, Any]], con
                 result = SessionResult(traj["method"], traj["task_id"], status, traj["termination"],
                                        mismatch or traj["error"], traj["reward"],
                                        traj["committed_steps"], len(events),
-                                       strong["calls"], strong["decode_tokens"], strong["prompt_tokens"],
+                                       strong["calls"] - strong.get("prefill_calls", 0),  # decoding calls
+                                       strong["decode_tokens"], strong["prompt_tokens"],
                                        weak["decode_tokens"], time.perf_counter() - start,
                                        strong["wall_s"] + weak["wall_s"],
                                        *_hbm(traj.get("resources") or {}))

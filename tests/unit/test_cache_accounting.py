@@ -59,3 +59,13 @@ def test_a_failing_metrics_exporter_never_fails_a_sessions_end():
     m.on_session = broken
     m.finish(types.SimpleNamespace(id="s", status="done", ledger=Ledger()))
     assert m.finished == {"done": 1}
+
+
+def test_usage_counts_prefills_apart_from_the_calls_that_decode():
+    from specagent_ray.serve.reports import usage_by_role
+
+    ledger = Ledger()
+    for purpose in ("prefill", "verify", "repair"):
+        ledger.record(CallRecord("strong", purpose, Usage(100, 50, 1), 0.1))
+    strong = usage_by_role(ledger)["strong"]
+    assert strong["calls"] == 3 and strong["prefill_calls"] == 1 and strong["prompt_tokens"] == 300

@@ -127,15 +127,17 @@ def test_a_denied_write_never_ran_and_is_no_mcp_call_and_function_steps_go_out_o
 
 def test_the_first_end_of_a_turn_decides_its_status_and_usage_counts_both_models():
     calls = [{"role": "weak", "purpose": "draft", "wall_s": 0, "usage": [100, 10, 20]},
-             {"role": "strong", "purpose": "verify", "wall_s": 0, "usage": [300, 200, 7]}]
+             {"role": "strong", "purpose": "prefill", "wall_s": 0, "usage": [250, 0, 1, 0]},
+             {"role": "strong", "purpose": "verify", "wall_s": 0, "usage": [300, 200, 7, 240]}]
     turn = [rec(0, "calls", calls=calls), rec(1, "accepted", detail="2/3"), rec(2, "agent_message", text="hi"),
             rec(3, "final", status="cancelled")]
     assert status_of(turn, latest=True) == "completed" and status_of(turn[:2], latest=True) == "in_progress"
     assert status_of([rec(0, "final", status="failed")], latest=True) == "failed"
     u = usage(turn)
-    assert (u["input_tokens"], u["output_tokens"], u["input_tokens_details"]["cached_tokens"]) == (400, 27, 210)
+    assert (u["input_tokens"], u["output_tokens"], u["input_tokens_details"]["cached_tokens"]) == (650, 28, 210)
     assert u["speculation"] | {"by_model": None} == {"blocks": 1, "drafted_steps": 3, "accepted_steps": 2,
-                                                     "strong_calls": 1, "verdict_tokens": 7, "by_model": None}
+                                                     "strong_calls": 1, "prefill_calls": 1, "verdict_tokens": 7,
+                                                     "by_model": None}
 
 
 # -- turns and approvals ------------------------------------------------------------------------------------
