@@ -20,7 +20,7 @@ from ..protocol.types import History, Proposal, Review, Step, Usage
 from ..telemetry.tracing import traceparent_headers
 from .backend import Backend
 from .parsing import parse_action, parse_verdict
-from .prompts import ChatMessage, PromptConfig, Prompts, retry_messages, serialize
+from .prompts import ChatMessage, PromptConfig, Prompts, common_prefix, retry_messages, serialize
 
 T = TypeVar("T")
 HeaderSource = Callable[[], Mapping[str, str]]
@@ -53,11 +53,7 @@ class PromptTrail:
     def predicted(self, messages: Sequence[ChatMessage], prompt_tokens: int) -> int:
         text, last = serialize(messages), self.last
         self.last = text
-        lo, hi = 0, min(len(text), len(last))
-        while lo < hi:  # the longest common prefix, by slices compared in C
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if text[:mid] == last[:mid] else (lo, mid - 1)
-        return prompt_tokens * lo // len(text) if text else 0
+        return prompt_tokens * common_prefix(text, last) // len(text) if text else 0
 
 
 async def ask(backend: Backend, messages: Sequence[ChatMessage], schema: Mapping[str, Any], max_tokens: int,

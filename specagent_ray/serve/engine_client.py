@@ -157,7 +157,7 @@ class SimEngineClient:
         strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, lambda h, d, f: p.run(
             sid, p.strong_kind(sid), lambda n: self.strong_steps[verifier_lane](req(h, d, f), n())))
         verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s, lambda h, b, crit: p.run(
-            sid, p.verify_kind(sid, any(x.staged for x in b)),
+            sid, p.verify_kind(sid, b),
             lambda n: self.verifies[verifier_lane](req(h, b, criterion=crit), n())))
         return weak, strong, verifier
 
@@ -219,7 +219,7 @@ class OpenAIEngineClient:
             if self.ahead:
                 await self.ahead.settled(sid)  # H is being computed: sent alongside, the verify would redo it
             sent(sid, h.steps + tuple(b))
-            return await p.run(sid, p.verify_kind(sid, any(x.staged for x in b)),
+            return await p.run(sid, p.verify_kind(sid, b),
                                lambda n: self.verify_batch((judges[crit], h, b, send(n)), n()))
 
         weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, draft)

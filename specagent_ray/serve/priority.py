@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -107,9 +107,9 @@ class ProgramPriority:
         self.blocked.discard(session_id)  # drafting again: no staged write is waiting any more
         return "draft"
 
-    def verify_kind(self, session_id: str, staged: bool) -> Kind:
+    def verify_kind(self, session_id: str, block: Sequence[Any]) -> Kind:
         """A verify of a block that stages a write blocks its session until it (or a repair) is answered."""
-        if staged:
+        if any(step.staged for step in block):
             self.attained(session_id, 0)  # known, so that forgetting it unblocks it too
             self.blocked.add(session_id)
             return "write"

@@ -102,14 +102,16 @@ class Metrics:
         """Per role: prompt tokens, the cached share delivered and predicted, the gap (predicted minus
         delivered: cache the layout promised and the engines did not give), and the delivered share's p10
         over finished sessions (the sessions the cache serves worst)."""
-        out = {}
-        for role, (prompt, cached, predicted) in self.cache.items():
-            share = lambda n: round(n / prompt, 4) if prompt else None
-            out[role] = {"prompt_tokens": prompt, "cached_tokens": cached, "predicted_cached_tokens": predicted,
-                         "cached_share": share(cached), "predicted_share": share(predicted),
-                         "gap": share(predicted - cached),
-                         "session_cached_share": percentiles(self.session_shares.get(role, ()), (10, 50))}
-        return out
+        return {role: cache_row(prompt, cached, predicted, percentiles(self.session_shares.get(role, ()), (10, 50)))
+                for role, (prompt, cached, predicted) in self.cache.items()}
+
+
+def cache_row(prompt: int, cached: int, predicted: int, sessions: dict[str, Any]) -> dict[str, Any]:
+    """One role's cache figures: tokens, delivered and predicted shares, their gap, the sessions' shares."""
+    share = lambda n: round(n / prompt, 4) if prompt else None
+    return {"prompt_tokens": prompt, "cached_tokens": cached, "predicted_cached_tokens": predicted,
+            "cached_share": share(cached), "predicted_share": share(predicted), "gap": share(predicted - cached),
+            "session_cached_share": sessions}
 
 
 def combined_cache(shards: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -118,15 +120,10 @@ def combined_cache(shards: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out = {}
     for role in {r for s in shards for r in s}:
         rows = [s[role] for s in shards if role in s]
-        prompt, cached, predicted = (sum(r[k] for r in rows) for k in
-                                     ("prompt_tokens", "cached_tokens", "predicted_cached_tokens"))
-        share = lambda n: round(n / prompt, 4) if prompt else None
+        tokens = (sum(r[k] for r in rows) for k in ("prompt_tokens", "cached_tokens", "predicted_cached_tokens"))
         sessions = [r["session_cached_share"] for r in rows]
         low = {k: min((x[k] for x in sessions if x.get(k) is not None), default=None) for k in ("p10", "p50")}
-        out[role] = {"prompt_tokens": prompt, "cached_tokens": cached, "predicted_cached_tokens": predicted,
-                     "cached_share": share(cached), "predicted_share": share(predicted),
-                     "gap": share(predicted - cached),
-                     "session_cached_share": {"n": sum(x["n"] for x in sessions), **low}}
+        out[role] = cache_row(*tokens, {"n": sum(x["n"] for x in sessions), **low})
     return out
 
 

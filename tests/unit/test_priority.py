@@ -8,8 +8,12 @@ import heapq
 import pytest
 from pydantic import ValidationError
 
-from specagent_ray.protocol.types import Usage
+from specagent_ray.protocol.types import Action, Effect, Observation, Step, Usage
 from specagent_ray.serve.priority import KINDS, PriorityConfig, ProgramPriority
+
+
+READ = Step(Action.tool("lookup"), Observation("found"), "weak", Effect.READ)
+STAGED = Step(Action.tool("book"), None, "weak", Effect.WRITE)  # no observation: staged
 
 
 class Clock:
@@ -115,8 +119,8 @@ def test_a_failed_strong_call_still_counts_what_it_spent():
 
 def test_a_staged_verify_blocks_its_session_until_it_drafts_again():
     p = ProgramPriority(clock=Clock())
-    assert p.verify_kind("s", staged=False) == "strong" and p.strong_kind("s") == "strong"
-    assert p.verify_kind("s", staged=True) == "write"
+    assert p.verify_kind("s", [READ]) == "strong" and p.strong_kind("s") == "strong"
+    assert p.verify_kind("s", [READ, STAGED]) == "write"
     assert p.strong_kind("s") == "write"  # the repair of a rejected staged write
     assert p.strong_kind("other") == "strong"
     assert p.draft_kind("s") == "draft" and p.strong_kind("s") == "strong"
@@ -126,6 +130,6 @@ def test_forgotten_sessions_are_bounded():
     p = ProgramPriority(clock=Clock(), keep=3)
     for i in range(10):
         p.attained(f"s{i}", 10**6)
-        p.verify_kind(f"s{i}", staged=True)
+        p.verify_kind(f"s{i}", [STAGED])
     assert len(p._service) == 3 and p.level("s0") == 0
     assert p.blocked >= {"s7", "s8", "s9"} and "s0" not in p.blocked
