@@ -160,11 +160,12 @@ class Tokens:
 
 
 def engine_client(url: str, mix: Mix, prefill_ahead: bool, priority: bool, order: PriorityConfig | None = None,
-                  trust_s: float = 60.0) -> OpenAIEngineClient:
+                  trust_s: float = 60.0, kv_tokens: int | None = None) -> OpenAIEngineClient:
     """The serving path's engine client on ``url``, its verifier backend timing first tokens."""
     engines = OpenAIEngines(drafter=Endpoint(url=url, model="drafter", send_priority=priority),
                             verifier=Endpoint(url=url, model="verifier", send_priority=priority),
-                            prefill_ahead=prefill_ahead, prefill_trust_s=trust_s, max_tokens=mix.max_tokens,
+                            prefill_ahead=prefill_ahead, prefill_trust_s=trust_s, verifier_kv_tokens=kv_tokens,
+                            max_tokens=mix.max_tokens,
                             timeout_s=600, max_retries=0, observation_chars=mix.observation_chars)
     coord = CoordinatorConfig(batch_window_ms=2.0, verify_timeout_s=600, priority=order or PriorityConfig())
     client = OpenAIEngineClient(engines, coord, {})
@@ -193,10 +194,11 @@ def _instruction(i: int) -> str:
 
 
 async def run_mix(url: str, mix: Mix, tokens: Tokens, label: str, prefill_ahead: bool, priority: bool,
-                  order: PriorityConfig | None = None, trust_s: float = 60.0) -> Run:
+                  order: PriorityConfig | None = None, trust_s: float = 60.0, kv_tokens: int | None = None) -> Run:
     """One run of the mix on the engines at ``url`` with the features given (``order``: the priority
-    slacks, the coordinator's defaults when None; ``trust_s``: prefill ahead's trust in the cache)."""
-    client = engine_client(url, mix, prefill_ahead, priority, order, trust_s)
+    slacks, the coordinator's defaults when None; ``trust_s``, ``kv_tokens``: prefill ahead's trust in the
+    cache)."""
+    client = engine_client(url, mix, prefill_ahead, priority, order, trust_s, kv_tokens)
     run = Run(label)
     policy = policy_text(f"{label}-{time.time_ns()}", mix.policy_chars)
     catalog = Catalog(SCHEMAS, EFFECTS, policy)

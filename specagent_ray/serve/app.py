@@ -151,7 +151,7 @@ def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: Depl
         from ..models.plan import PlanEngineClient
 
         return PlanEngineClient()
-    return OpenAIEngineClient(config.engines, config.coordinator, dict(os.environ))
+    return OpenAIEngineClient(config.engines, config.coordinator, dict(os.environ), config.coordinators)
 
 
 def _gateway_class(cfg: dict[str, Any]):

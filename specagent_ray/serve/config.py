@@ -78,6 +78,11 @@ class OpenAIEngines(Strict):
                                    "prefix cached; a block that starts later (after a long tool pause) prefills "
                                    "H again even if the last verify covered it (keep-warm: vLLM evicts prefix "
                                    "blocks least recently used under KV pressure)")
+    verifier_kv_tokens: int | None = Field(None, ge=1, description="the verifier's KV cache in tokens, all "
+                                           "replicas together (vLLM logs it at start: 'KV cache size: N "
+                                           "tokens'); prefill ahead then stops trusting a prefix once new KV "
+                                           "of half this size has been computed since, however soon; None: "
+                                           "prefill_trust_s alone")
 
 
 class ScriptedEngines(Strict):

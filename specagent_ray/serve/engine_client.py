@@ -28,7 +28,7 @@ from ..models.backend import BackendError, ChatBackend
 from ..models.llm import LLMPolicy, LLMVerifier, PromptTrail
 from ..models.prompts import PromptConfig
 from ..protocol.interfaces import EngineUnavailable, MalformedOutput, Policy, Verifier
-from ..protocol.types import History, Proposal, Review, Step
+from ..protocol.types import History, Proposal, Review, Step, Usage
 from ..telemetry.tracing import traceparent_headers
 from .batcher import Batcher
 from .config import CoordinatorConfig, OpenAIEngines, SimEngines
@@ -165,7 +165,7 @@ class SimEngineClient:
 class OpenAIEngineClient:
     """Engines behind OpenAI-compatible endpoints; verify requests of one window go out together."""
 
-    def __init__(self, engines: OpenAIEngines, coord: CoordinatorConfig, env: dict[str, str]):
+    def __init__(self, engines: OpenAIEngines, coord: CoordinatorConfig, env: dict[str, str], shards: int = 1):
         self.cfg, self.coord = engines, coord
 
         def backend(e) -> ChatBackend:
@@ -176,8 +176,10 @@ class OpenAIEngineClient:
         self.drafter, self.verifier = backend(engines.drafter), backend(engines.verifier)
         self.verify_batch = Batcher(self._together, coord.batch_window_ms / 1000, coord.max_batch)
         self.priority = ProgramPriority(coord.priority)
+        # each coordinator shard sees its share of the verifier's traffic, so it may count on that share of its KV
+        kv = engines.verifier_kv_tokens // shards if engines.verifier_kv_tokens else None
         self.ahead = PrefillAhead(self.verifier, self.priority, engines.verifier.send_priority, time.perf_counter,
-                                  engines.prefill_trust_s) if engines.prefill_ahead else None
+                                  engines.prefill_trust_s, kv_tokens=kv) if engines.prefill_ahead else None
 
     @staticmethod
     async def _together(items: Sequence[tuple[LLMVerifier, History, Sequence[Step], Any]]) -> list:
@@ -204,6 +206,17 @@ class OpenAIEngineClient:
         weak_n = (lambda n: n) if self.cfg.drafter.send_priority else (lambda n: None)
         send = (lambda n: n) if self.cfg.verifier.send_priority else (lambda n: None)
         sent = self.ahead.sent if self.ahead else (lambda sid, steps: None)
+        used = self.ahead.used if self.ahead else (lambda usage: None)
+
+        async def metered(call: Awaitable[Any]) -> Any:
+            """The verifier's answer; the new KV it computed counts, a malformed answer's too."""
+            try:
+                done = await call
+            except MalformedOutput as exc:
+                used(getattr(exc, "usage", None) or Usage())
+                raise
+            used(done.usage)
+            return done
         judges = {"semantic": verifier_llm, "exact": verifier_llm.by_exact_match()}
 
         def draft(h: History, d: Sequence[Step], f: str | None) -> Awaitable[Proposal]:
@@ -211,16 +224,16 @@ class OpenAIEngineClient:
                 self.ahead.start(session, verifier_llm.prompts, h, headers, on_verifier)
             return p.run(sid, p.draft_kind(sid), lambda n: weak_llm.propose(h, d, f, weak_n(n)))
 
-        def strong_step(h: History, d: Sequence[Step], f: str | None) -> Awaitable[Proposal]:
+        async def strong_step(h: History, d: Sequence[Step], f: str | None) -> Proposal:
             sent(sid, h.steps + tuple(d))
-            return p.run(sid, p.strong_kind(sid), lambda n: strong_llm.propose(h, d, f, send(n)))
+            return await metered(p.run(sid, p.strong_kind(sid), lambda n: strong_llm.propose(h, d, f, send(n))))
 
         async def verify(h: History, b: Sequence[Step], crit: str) -> Review:
             if self.ahead:
                 await self.ahead.settled(sid)  # H is being computed: sent alongside, the verify would redo it
             sent(sid, h.steps + tuple(b))
-            return await p.run(sid, p.verify_kind(sid, b),
-                               lambda n: self.verify_batch((judges[crit], h, b, send(n)), n()))
+            return await metered(p.run(sid, p.verify_kind(sid, b),
+                                       lambda n: self.verify_batch((judges[crit], h, b, send(n)), n())))
 
         weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, draft)
         strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, strong_step)

@@ -7,10 +7,13 @@ computes only the block itself. The call is recorded in the session's ledger as 
 call, so resource reports count what it cost.
 
 Skipped where H is known to be cached already: H's steps are a prefix of the steps of the last prompt
-this session sent the verifier (a verify whose block was accepted whole, a repair of the same H), less
-than ``trust_s`` ago. vLLM 0.32 has no TTL or pin for prefix blocks and evicts them least recently used
-when KV memory runs short, so past ``trust_s`` (a long tool pause) the prefix is prefilled again: the
-keep-warm. A prefill that fails costs nothing but its own request: the verify computes H itself.
+this session sent the verifier (a verify whose block was accepted whole, a repair of the same H), and
+that prompt is still trusted to be cached. vLLM 0.32 has no TTL or pin for prefix blocks and evicts them
+least recently used when KV memory runs short, so an untrusted prefix (a long tool pause, a busy engine)
+is prefilled again: the keep-warm. Trust ends after ``trust_s``, or, where the verifier's KV cache size
+is known (``kv_tokens``), once the verifier has computed more new KV since that prompt than
+``KV_TRUST_SHARE`` of it: its least recently used blocks are the next to go. A prefill that fails costs
+nothing but its own request: the verify computes H itself.
 
 A verify that finds its session's prefill still running waits for it (``settled``): vLLM caches a prefix
 block only once it is computed, so a verify sent alongside would compute H a second time. Not where
@@ -32,44 +35,60 @@ from ..models.backend import Backend
 from ..models.llm import PromptTrail
 from ..models.prompts import Prompts
 from ..protocol.interfaces import CallRecord
-from ..protocol.types import History, Step
+from ..protocol.types import History, Step, Usage
 from .priority import ProgramPriority
 
 log = logging.getLogger(__name__)
+
+# Of the verifier's KV cache, the share that new KV may fill before a session's prefix is no longer trusted.
+# Not all of it: running requests hold blocks too, and another client of the engine (tau2's user
+# simulator, a second coordinator) computes KV this coordinator does not see.
+KV_TRUST_SHARE = 0.5
 
 
 class PrefillAhead:
     """Guarantees: at most one prefill per block start; none where the session's last verifier prompt
     already began with H; a prefill never raises into the session, and its usage reaches the session's
-    ledger. Sessions are forgotten least-recently-used past ``keep``."""
+    ledger; with ``kv_tokens``, a prefix is not trusted once new KV of more than ``KV_TRUST_SHARE`` of
+    ``kv_tokens`` has been computed on the verifier since it was sent. Sessions are forgotten
+    least-recently-used past ``keep``."""
 
     def __init__(self, backend: Backend, priority: ProgramPriority, send_priority: bool,
-                 clock: Callable[[], float], trust_s: float = float("inf"), keep: int = 100_000):
+                 clock: Callable[[], float], trust_s: float = float("inf"), keep: int = 100_000,
+                 kv_tokens: int | None = None):
         self.backend, self.priority, self.send_priority = backend, priority, send_priority
         self.clock, self.trust_s, self.keep = clock, trust_s, keep
-        self._sent: OrderedDict[str, tuple[float, tuple[Step, ...]]] = OrderedDict()
+        self.kv_reach = KV_TRUST_SHARE * kv_tokens if kv_tokens else float("inf")
+        self.computed = 0  # new KV tokens computed on the verifier so far (uncached prompt + decoded)
+        self._sent: OrderedDict[str, tuple[float, tuple[Step, ...], int]] = OrderedDict()
         self.tasks: set[asyncio.Task] = set()
         self._running: dict[str, asyncio.Task] = {}
         self.counts = {"sent": 0, "skipped": 0, "rewarmed": 0, "failed": 0}
 
     def sent(self, session_id: str, steps: Sequence[Step]) -> None:
         """The verifier was asked a prompt over these steps (its prefix stays cached for a while)."""
-        self._sent[session_id] = (self.clock(), tuple(steps))
+        self._sent[session_id] = (self.clock(), tuple(steps), self.computed)
         self._sent.move_to_end(session_id)
         while len(self._sent) > self.keep:
             self._sent.popitem(last=False)
 
+    def used(self, usage: Usage) -> None:
+        """A verifier call of this coordinator's computed this usage's new KV."""
+        self.computed += max(0, usage.prompt_tokens - usage.cached_prompt_tokens) + usage.decode_tokens
+
     def covered(self, session_id: str, history: History) -> bool:
         """H's steps are a prefix of the last verifier prompt's (whenever that was)."""
-        last = self._sent.get(session_id, (0.0, None))[1]
+        last = self._sent.get(session_id, (0.0, None, 0))[1]
         steps = history.steps
         return last is not None and len(steps) <= len(last) and all(
             a is b or a == b for a, b in zip(steps, last, strict=False))
 
     def cached(self, session_id: str, history: History) -> bool:
-        """Known to be cached: covered by a verifier prompt sent less than ``trust_s`` ago."""
-        at = self._sent.get(session_id, (float("-inf"), None))[0]
-        return self.clock() - at < self.trust_s and self.covered(session_id, history)
+        """Known to be cached: covered by a verifier prompt sent less than ``trust_s`` ago, with less than
+        ``kv_reach`` new KV computed on the verifier since."""
+        at, _, computed = self._sent.get(session_id, (float("-inf"), None, 0))
+        fresh = self.clock() - at < self.trust_s and self.computed - computed < self.kv_reach
+        return fresh and self.covered(session_id, history)
 
     def start(self, session: Any, prompts: Prompts, history: History, headers: Callable[[], dict],
               trail: PromptTrail | None = None) -> None:
@@ -113,6 +132,7 @@ class PrefillAhead:
             log.info("prefill ahead of session %s failed: %s", session.id, exc)
             return
         usage = done.usage
+        self.used(usage)
         if trail is not None:
             usage = replace(usage, predicted_cached_tokens=trail.predicted(messages, usage.prompt_tokens))
         session.ledger.record(CallRecord("strong", "prefill", usage, self.clock() - start))

@@ -36,11 +36,11 @@ class Backend:
         return Completion(text, Usage(100, 10, 1), "stop", "m")
 
 
-def client(prefill_ahead=True, send_priority=True):
+def client(prefill_ahead=True, send_priority=True, kv_tokens=None, shards=1):
     engines = OpenAIEngines(drafter=Endpoint(url="http://127.0.0.1:9/v1", model="d", send_priority=send_priority),
                             verifier=Endpoint(url="http://127.0.0.1:9/v1", model="v", send_priority=send_priority),
-                            prefill_ahead=prefill_ahead)
-    c = OpenAIEngineClient(engines, CoordinatorConfig(batch_window_ms=1), {})
+                            prefill_ahead=prefill_ahead, verifier_kv_tokens=kv_tokens)
+    c = OpenAIEngineClient(engines, CoordinatorConfig(batch_window_ms=1), {}, shards)
     c.drafter, c.verifier = Backend(), Backend()
     if c.ahead:
         c.ahead.backend = c.verifier
@@ -154,6 +154,40 @@ async def test_after_a_pause_longer_than_the_trust_the_prefix_is_warmed_again():
     await weak.propose(accepted)
     await settle(c)
     assert c.ahead.counts["rewarmed"] == 1 and len(c.verifier.calls) == 2
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+async def test_once_other_sessions_filled_half_the_verifier_kv_the_prefix_is_warmed_again(shards):
+    """However soon: vLLM evicts least recently used blocks, and new KV of other sessions pushes this
+    one's out. Each verifier call here computes 100 - 10 + 1 = 91 new tokens; a shard counts on its
+    share of the KV."""
+    c, s = client(kv_tokens=800 * shards, shards=shards), session()  # trusted while < 400 new tokens
+    weak, _, judge = c.models(s, CATALOG)  # type: ignore[arg-type]
+    _, _, other = c.models(session("s2"), CATALOG)  # type: ignore[arg-type]
+    await judge.verify(H, [READ])
+    accepted = History(H.task, (READ,))
+    for _ in range(3):  # with s1's own verify: 4 x 91 = 364 new tokens since s1's verify was sent
+        await other.verify(H, [READ, READ])
+    await weak.propose(accepted)
+    assert c.ahead.counts["skipped"] == 1
+    await other.verify(H, [READ, READ])  # 455
+    await weak.propose(accepted)
+    await settle(c)
+    assert c.ahead.counts["rewarmed"] == 1
+    assert c.ahead.computed == 5 * 91 + 91  # five verifies, and the prefill's own new KV
+
+
+async def test_a_malformed_verdict_s_new_kv_counts_too():
+    """Random weights answer malformed verdicts; their prompts still fill the verifier's KV."""
+    c, s = client(kv_tokens=10_000), session()
+    _, _, judge = c.models(s, CATALOG)  # type: ignore[arg-type]
+
+    async def garbled(*args, **kw):
+        return Completion("not a verdict", Usage(100, 10, 1), "stop", "m")
+    c.verifier.complete = garbled
+    with pytest.raises(Exception):  # noqa: B017,PT011 - the retries' malformed verdict or the fallback's error
+        await judge.verify(H, [READ, STAGED])
+    assert c.ahead.computed >= 91
 
 
 @pytest.mark.parametrize("send_priority", [False, True])

@@ -138,6 +138,33 @@ def test_gpu_profile_reports_are_estimated_on_the_hardware_it_deploys():
         assert c["accelerator_type"].lower() == hardware.gpu
 
 
+def test_the_verifier_kv_prefill_ahead_counts_on_fits_what_the_profile_deploys():
+    """Prefill ahead trusts a prefix until new KV of half ``verifier_kv_tokens`` was computed: a figure larger
+    than the engine's KV cache would trust prefixes vLLM has already evicted."""
+    import inspect
+
+    from specagent_ray.costs.planner import MEMORY_UTILIZATION
+    from specagent_ray.costs.specs import load_gpu, load_model
+    from specagent_ray.models.tiny import build_tiny_model
+    from specagent_ray.serve.config import AppConfig
+
+    gpu_app = AppConfig.model_validate(_app_args("gpu-tp16"))
+    hw = gpu_app.hardware
+    strong, gpu = load_model(hw.strong_model), load_gpu(hw.gpu)
+    gpu_engines = next(a for a in load_profile("gpu-tp16").applications if a.name == "engines").args["llm_configs"]
+    share = next(c for c in gpu_engines if c["model_loading_config"]["model_id"] == "verifier")["engine_kwargs"].get(
+        "gpu_memory_utilization", MEMORY_UTILIZATION)
+    free = share * hw.strong_gpus * gpu.memory_bytes - strong.total_params * strong.bytes_per_param
+    assert 0.5 * free / strong.kv_bytes_per_token < gpu_app.engines.verifier_kv_tokens <= free / strong.kv_bytes_per_token
+
+    engines = next(a for a in load_profile("local-cpu").applications if a.name == "engines").args["llm_configs"]
+    verifier = next(c for c in engines if c["model_loading_config"]["model_id"] == "verifier")
+    space = float(verifier["runtime_env"]["env_vars"]["VLLM_CPU_KVCACHE_SPACE"]) * 2**30
+    shape = {k: v.default for k, v in inspect.signature(build_tiny_model).parameters.items()}  # local-cpu's models
+    per_token = 2 * shape["layers"] * shape["kv_heads"] * (shape["hidden"] // shape["heads"]) * 2  # K and V, bf16
+    assert AppConfig.model_validate(_app_args("local-cpu")).engines.verifier_kv_tokens == space // per_token
+
+
 def test_the_cpu_engine_kwargs_have_one_home():
     """local-cpu's drafter holds vLLM's CPU kwargs; edge-cloud's drafter and local_engines use the same."""
     from specagent_ray.serve.engines import cpu_engine_kwargs
