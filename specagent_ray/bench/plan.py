@@ -244,6 +244,8 @@ def _load_table(plan: Plan) -> Table:
             ("step latency s (engines + queueing)", f"{so.step_latency_s:.2f}", f"{sa.step_latency_s:.2f}",
              _x(plan.saving["latency"]), "estimated"),
             ("capped by (sessions queue)", so.capped or "-", sa.capped or "-", "", "estimated"),
+            ("speculation controller's K here: latency / gpu_seconds / strong_hbm", "-", _adaptive_k(plan), "",
+             "estimated"),
             ("Prop. 1: R = f R_u at batch 1 (v/d " + f"{plan.v_over_d:.2f})", "1", f"{plan.r_predicted:.3f}",
              _x(1 / plan.r_predicted), "estimated"),
             ("Prop. 2: L = f L_u + (1-f) kappa at batch 1 (kappa " + f"{plan.kappa:.2f})", "1",
@@ -251,6 +253,20 @@ def _load_table(plan: Plan) -> Table:
     for row in rows:
         t.add_row(*row)
     return t
+
+
+def _adaptive_k(plan: Plan, k_max: int = 6) -> str:
+    """The K that ``speculation.mode: adaptive`` would pick at this load, per objective, at the plan's
+    acceptance (its write hazard solved from f at K = k_max) on the same fleet."""
+    from ..costs.controller import OBJECTIVES, Controller, Estimate, Load, write_share_for
+    from ..costs.fleet import weak_for
+
+    i, acc = plan.inputs, plan.inputs.acceptance
+    est = Estimate(acc.p, (write_share_for(acc.f, acc.p, k_max, acc.rho),), acc.rho)
+    weak, tr = weak_for(i, i.traffic.sessions), i.traffic
+    return " / ".join(str(Controller(i.strong, weak, o, k_max, steps_per_session=tr.steps_per_session,
+                                     think_time_s=tr.think_time_s).choose(est, Load(tr.sessions)))
+                      for o in OBJECTIVES)
 
 
 def _weak_reps(plan: Plan) -> int:

@@ -242,8 +242,13 @@ class StepCost:
         return self.strong.gpu_s + self.weak.gpu_s
 
 
-def calls_per_step(method: Method, acc: Acceptance, shapes: Shapes) -> dict[str, list[tuple[float, CallShape]]]:
-    """(calls per committed step, shape) per role."""
+Calls = dict[str, list[tuple[float, CallShape]]]  # per role: (calls per committed step, shape)
+
+
+def calls_per_step(method: Method | Calls, acc: Acceptance, shapes: Shapes) -> Calls:
+    """(calls per committed step, shape) per role; a ``Calls`` mix (measured, or a controller's) as it is."""
+    if isinstance(method, dict):
+        return method
     if method == "strong":
         return {"strong": [(1.0, shapes.step)], "weak": []}
     if method == "specagent":
@@ -252,7 +257,7 @@ def calls_per_step(method: Method, acc: Acceptance, shapes: Shapes) -> dict[str,
     raise ValueError(f"unknown method {method!r}; the planner knows {', '.join(METHODS)}")
 
 
-def role_cost(method: Method, role: str, acc: Acceptance, shapes: Shapes, engine: Engine, batch: float) -> Share:
+def role_cost(method: Method | Calls, role: str, acc: Acceptance, shapes: Shapes, engine: Engine, batch: float) -> Share:
     """ESTIMATED cost per committed step of one role's calls, its replicas at ``batch`` sequences each."""
     total = Share()
     for k, shape in calls_per_step(method, acc, shapes)[role]:
@@ -260,7 +265,7 @@ def role_cost(method: Method, role: str, acc: Acceptance, shapes: Shapes, engine
     return total
 
 
-def step_cost(method: Method, acc: Acceptance, shapes: Shapes, strong: Engine, weak: Engine,
+def step_cost(method: Method | Calls, acc: Acceptance, shapes: Shapes, strong: Engine, weak: Engine,
               b_strong: float = 1.0, b_weak: float = 1.0) -> StepCost:
     """ESTIMATED cost per committed step at the given batches (per replica)."""
     return StepCost(role_cost(method, "strong", acc, shapes, strong, b_strong),
@@ -306,7 +311,7 @@ def _bisect(fn: Callable[[float], float], lo: float, hi: float, iters: int = 30)
     return (lo + hi) / 2
 
 
-def operate(method: Method, traffic: Traffic, acc: Acceptance, shapes: Shapes, strong: Engine, weak: Engine
+def operate(method: Method | Calls, traffic: Traffic, acc: Acceptance, shapes: Shapes, strong: Engine, weak: Engine
             ) -> Operating:
     """The closed-loop operating point of ``method`` at ``traffic`` (see the module docstring). A role's
     batch depends only on its own calls and the step rate, so each is solved on its own for a given rate."""

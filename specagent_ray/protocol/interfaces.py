@@ -98,6 +98,18 @@ class Ledger(Protocol):
     def record(self, call: CallRecord) -> None: ...
 
 
+class BlockSize(Protocol):
+    """Chooses how many steps the next block may draft, and learns from the blocks (a speculation
+    controller). 0 means the strong policy writes the next step itself; the runtime clips the answer to
+    ``SpecConfig.k``. Called between blocks only, never while a block is drafted."""
+
+    def next_k(self, history: History) -> int: ...
+
+    def drafted(self, block: Sequence[Step], staged: bool) -> None: ...
+
+    def reviewed(self, block: Sequence[Step], accepted: int, separate_repair: bool) -> None: ...
+
+
 class SpanHandle(Protocol):
     def set(self, key: str, value: object) -> None: ...
 

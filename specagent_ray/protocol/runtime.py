@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .interfaces import (
+    BlockSize,
     CallRecord,
     EngineUnavailable,
     Journal,
@@ -72,7 +73,8 @@ class SpecConfig:
 class Parts:
     """The pieces one run is made of. ``clock`` is injected so tests and benches control time;
     ``spans`` receives the run's structure (no-op unless telemetry is wired in); ``journal`` receives
-    every event and commit (no-op unless a served session follows the run)."""
+    every event and commit (no-op unless a served session follows the run); ``block_size`` picks each
+    block's K (None: always ``SpecConfig.k``)."""
 
     weak: Policy
     strong: Policy
@@ -83,6 +85,7 @@ class Parts:
     clock: Callable[[], float] = time.perf_counter
     spans: Spans = field(default_factory=NoSpans)
     journal: Journal = field(default_factory=NoJournal)
+    block_size: BlockSize | None = None
 
 
 @dataclass
@@ -119,6 +122,25 @@ class Run:
 
     def room(self) -> int:
         return self.config.max_steps - len(self.history)
+
+    def next_k(self) -> int:
+        """The next block's draft cap: the controller's choice in 0..k, or k without one."""
+        chooser = self.parts.block_size
+        return self.config.k if chooser is None else max(0, min(self.config.k, chooser.next_k(self.history)))
+
+    def drafted(self, block: Sequence[Step], staged: bool) -> None:
+        """Tell the block-size controller, if any, what a block drafted."""
+        if self.parts.block_size is not None:
+            self.parts.block_size.drafted(block, staged)
+
+    def reviewed(self, block: Sequence[Step], verdict: Verdict) -> None:
+        """Tell the block-size controller, if any, how a reviewed block went: the accepted prefix, and whether
+        a rejection needs a separate strong repair (no valid fused one)."""
+        if self.parts.block_size is None:
+            return
+        j, repair = verdict.accepted_prefix, verdict.repair
+        separate = j < len(block) and (repair is None or self.invalid_reason(repair) is not None)
+        self.parts.block_size.reviewed(block, j, separate)
 
     def trajectory(self) -> Trajectory:
         return Trajectory(self.history, self.termination or Termination.MAX_STEPS, self.events)

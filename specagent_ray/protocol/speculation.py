@@ -2,6 +2,8 @@
 
     H <- (u)
     repeat
+        K <- the block's draft cap (SpecConfig.k, or a speculation controller's choice in 0..k).
+        if K = 0: the strong policy writes the step itself (as in Strong-only); continue.
         draft: the weak policy proposes up to K steps from H ⊕ draft.
                a READ is executed at once and (a, o) joins the draft;
                the first WRITE is staged as (a, ⊥) and ends the draft;
@@ -47,12 +49,17 @@ async def run_specagent(task: Task, parts: Parts, config: SpecConfig = SpecConfi
     # Invariant: a weak model's write reaches a tool only after the strong model accepts it.
     # The only other way to a write is a strong repair, which is the strong model's own step.
     while run.next_round():
+        k = run.next_k()
+        if k == 0:
+            await strong_step(run)
+            continue
         with run.span("block") as span:
-            block = await draft(run)
+            block = await draft(run, k)
             span.set("specagent.draft_length", len(block.steps))
             if block.lost is not None:
                 run.note("redraft", block.lost)  # drafted reads are reversible: drop them, draft again from H
                 continue
+            run.drafted(block.steps, block.staged)
             if not block.staged:
                 run.commit(block.steps)  # reads only: reversible, so no review (a full K-read block)
                 if block.refused is not None:
@@ -60,14 +67,15 @@ async def run_specagent(task: Task, parts: Parts, config: SpecConfig = SpecConfi
                 continue
             verdict = await run.verify(block.steps)
             span.set("specagent.accepted_prefix", verdict.accepted_prefix)
+            run.reviewed(block.steps, verdict)
             await commit(run, block, verdict)
     return run.trajectory()
 
 
-async def draft(run: Run) -> Block:
-    """Draft up to K steps. Reads run now; the first write is staged and ends the draft."""
+async def draft(run: Run, k: int) -> Block:
+    """Draft up to k steps. Reads run now; the first write is staged and ends the draft."""
     steps: list[Step] = []
-    for _ in range(min(run.config.k, run.room())):
+    for _ in range(min(k, run.room())):
         try:
             proposal = await run.propose("weak", "draft", steps)
         except EngineUnavailable as exc:
@@ -113,6 +121,15 @@ async def commit(run: Run, block: Block, verdict: Verdict) -> None:
         if repair is not None:
             run.note("invalid_action", f"fused repair: {run.invalid_reason(repair)}", repair)
         await strong_repair(run, verdict.reason)
+
+
+async def strong_step(run: Run) -> None:
+    """The block's cap is 0: the strong policy writes the step, as in Strong-only (a strong repair's equal)."""
+    with run.span("strong_step"):
+        proposal = await run.propose("strong", "step")
+        if proposal is not None:
+            run.note("strong_step", "K = 0", proposal.action)
+            await run.execute_and_commit(proposal.action, "strong")
 
 
 async def strong_repair(run: Run, reason: str) -> None:

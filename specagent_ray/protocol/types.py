@@ -208,7 +208,7 @@ class Event:
     kind: Literal[
         "drafted", "staged", "accepted", "rejected", "fused_repair", "strong_repair", "escalated",
         "speculation_hit", "speculation_miss", "invalid_action", "malformed_output", "tool_error",
-        "redraft", "verifier_fallback",
+        "redraft", "verifier_fallback", "strong_step",
     ]
     detail: str = ""
     action: Action | None = None

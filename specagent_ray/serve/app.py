@@ -60,10 +60,12 @@ class ToolHostDeployment:
 
 @serve.deployment(name="SimEngine", max_ongoing_requests=1000, logging_config=QUIET)
 class SimEngineDeployment:
-    def __init__(self, role: str, engines: dict[str, Any]):
+    def __init__(self, role: str, engines: dict[str, Any], hardware: dict[str, Any] | None = None):
+        from ..costs.hardware import Hardware
         from .sim_engine import SimEngine
 
-        self.engine = SimEngine(role, SimEngines.model_validate(engines))  # type: ignore[arg-type]
+        self.engine = SimEngine(role, SimEngines.model_validate(engines),  # type: ignore[arg-type]
+                                Hardware.model_validate(hardware or {}))
 
     async def propose_batch(self, requests: list) -> list:
         return await self.engine.propose_batch(requests)
@@ -73,6 +75,9 @@ class SimEngineDeployment:
 
     def ping(self) -> int:
         return self.engine.ping()
+
+    def meters(self) -> dict[str, float]:
+        return self.engine.meters()
 
 
 @serve.deployment(name="Coordinator", num_replicas=1, max_ongoing_requests=BUSY, logging_config=QUIET)
@@ -189,11 +194,11 @@ def build_app(args: dict[str, Any]) -> serve.Application:
                   for i in range(config.tool_hosts)]
     drafter = verifier = None
     if isinstance(config.engines, SimEngines):
-        engines = config.engines.model_dump(mode="json")
+        engines, hardware = config.engines.model_dump(mode="json"), config.hardware.model_dump(mode="json")
         drafter = SimEngineDeployment.options(name="SimDrafter", num_replicas=config.engines.drafter_replicas) \
-            .bind("drafter", engines)
+            .bind("drafter", engines, hardware)
         verifier = SimEngineDeployment.options(name="SimVerifier", num_replicas=config.engines.verifier_replicas) \
-            .bind("verifier", engines)
+            .bind("verifier", engines, hardware)
     # Coordinator shards: one single-replica deployment each, named like the tool host shards.
     coordinators = [CoordinatorDeployment.options(name="Coordinator" + (f"-{i}" if i else ""))
                     .bind(cfg, tool_hosts, drafter, verifier, shard=i) for i in range(config.coordinators)]

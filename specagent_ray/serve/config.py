@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..costs.hardware import Hardware
 from ..protocol.baselines import METHODS
 from .priority import PriorityConfig
+from .speculation import SpeculationConfig
 
 
 class Strict(BaseModel):
@@ -21,8 +22,14 @@ class Strict(BaseModel):
 
 
 class LatencyModel(Strict):
-    """SIMULATED engine time. A batch of n requests takes ``base_s + per_request_s * n`` (prefills of one
-    batch share the engine's steps; decode is folded into ``base_s``)."""
+    """SIMULATED engine time. ``fixed``: a batch of n requests takes ``base_s + per_request_s * n`` (prefills
+    of one batch share the engine's steps; decode is folded into ``base_s``). ``roofline``: ESTIMATED, the
+    cost model's time for each call at the replica's current batch (its requests in flight) on the
+    profile's ``hardware`` (``serve/sim_roofline.py``), times ``time_scale``."""
+
+    model: Literal["fixed", "roofline"] = "fixed"
+    time_scale: float = Field(1.0, gt=0, description="roofline: engine seconds slept per estimated second "
+                              "(below 1 runs a load test faster than a GPU would)")
 
     draft_base_s: float = Field(0.02, ge=0, description="one drafter batch: weak decode of one step")
     draft_per_request_s: float = Field(0.0005, ge=0, description="added per request in a drafter batch")
@@ -254,6 +261,9 @@ class AppConfig(Strict):
     hardware: Hardware = Field(Hardware(), description="the deployment each session's resource report "
                                "estimates GPU-s, HBM and FLOPs for (model specs and GPU profile from costs/data)")
     session_log: str = ".specagent/sessions"
+    speculation: SpeculationConfig = Field(SpeculationConfig(), description="how each block's K is chosen: "
+                                           "fixed (the session's K), adaptive (from acceptance and engine load) "
+                                           "or a table (serve/speculation.py)")
 
     @model_validator(mode="after")
     def _methods_known(self) -> AppConfig:

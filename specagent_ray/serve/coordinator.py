@@ -69,7 +69,7 @@ class Coordinator:
         self.sources = ToolSources(cfg, tool_host)
         self.commits = GroupCommit(self.log, c.ack_timeout_s, clock)
         self.on_fallback: Callable[[str], None] = lambda kind: None
-        self.runner = SessionRunner(cfg, engines, tool_host, self.log, self.env, clock)
+        self.runner = SessionRunner(cfg, engines, tool_host, self.log, self.env, clock, lambda: len(self.admission))
 
     # -- life -----------------------------------------------------------------------------------------
 

@@ -79,6 +79,7 @@ class ProgramPriority:
         self._service: OrderedDict[str, int] = OrderedDict()
         self.blocked: set[str] = set()  # sessions whose staged write is being verified or repaired
         self.waits: dict[Kind, deque[float]] = {k: deque(maxlen=samples) for k in KINDS}
+        self.in_flight = {"strong": 0, "weak": 0}  # this coordinator's requests now at each engine role
 
     def level(self, session_id: str) -> int:
         service = self._service.get(session_id, 0)
@@ -126,6 +127,8 @@ class ProgramPriority:
         carries its usage)."""
         start = self.clock()
         result: Any = None
+        role = "weak" if kind == "draft" else "strong"
+        self.in_flight[role] += 1
         try:
             result = await call(lambda: self.of(session_id, kind))
             return result
@@ -133,6 +136,7 @@ class ProgramPriority:
             result = exc
             raise
         finally:
+            self.in_flight[role] -= 1
             self.observe(kind, self.clock() - start)
             usage = getattr(result, "usage", None)
             if kind != "draft" and usage is not None:

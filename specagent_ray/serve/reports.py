@@ -153,6 +153,7 @@ def shard_stats(c: Any) -> dict[str, Any]:
             # engine calls by kind (serve/priority.py), from asked to answered; "write": a staged write's wait
             "engine_wait_s": {kind: percentiles(w) for kind, w in c.engines.priority.waits.items()},
             **({"prefill_ahead": dict(ahead.counts)} if (ahead := getattr(c.engines, "ahead", None)) else {}),
+            "speculation": c.runner.block_sizes.stats(),  # the K each block was given (adaptive, table)
             # CPU time of the coordinator's whole process (all threads, Ray's included) since it started
             "process_cpu_s": round(time.process_time() - m.cpu_at_start, 3)}
 

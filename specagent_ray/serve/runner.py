@@ -28,6 +28,7 @@ from .errors import unwrap
 from .records import AgentMessage, Final, Opening, ToolResultRecord, UserMessageRecord
 from .session import Catalog, IdleTimeout, Session
 from .session_log import SessionLog
+from .speculation import BlockSizes, engine_load, replicas
 from .tool_host import ToolHostClient
 from .turns import approved
 from .wire import observation_dict
@@ -144,8 +145,11 @@ class SessionRunner:
     client, its user) and runs the session's method from its committed history to the end."""
 
     def __init__(self, cfg: AppConfig, engines: EngineClient, tool_host: ToolHostClient, log: SessionLog,
-                 env: Mapping[str, str], clock: Callable[[], float]):
+                 env: Mapping[str, str], clock: Callable[[], float], running: Callable[[], int] = lambda: 0):
         self.cfg, self.engines, self.tool_host, self.log, self.env, self.clock = cfg, engines, tool_host, log, env, clock
+        reps = replicas(cfg.speculation, cfg.engines)
+        self.block_sizes = BlockSizes(cfg.speculation, cfg.hardware, cfg.defaults.k,
+                                      engine_load(engines.priority, running, cfg.coordinators, reps), reps)
 
     def parts(self, s: Session, catalog: Catalog) -> Parts:
         weak, strong, verifier = self.engines.models(s, catalog)
@@ -163,7 +167,8 @@ class SessionRunner:
                     raise unwrap(exc) from None
         tools = SessionTools(s, catalog, run, self.log.durable)
         user = user_for(s, self.cfg.engines, self.env, self._user_side(s))
-        return Parts(weak, strong, verifier, tools, user, s.ledger, clock=self.clock, journal=s)
+        return Parts(weak, strong, verifier, tools, user, s.ledger, clock=self.clock, journal=s,
+                     block_size=self.block_sizes.for_session())
 
     def _user_side(self, s: Session):
         """The scripted user's own tools (dual-control domains) run on the tool host under

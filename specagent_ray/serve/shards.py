@@ -89,6 +89,9 @@ def combined(shards: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["cache"] = combined_cache([s["cache"] for s in shards])
     if "prefill_ahead" in shards[0]:
         out["prefill_ahead"] = {k: sum(s["prefill_ahead"][k] for s in shards) for k in shards[0]["prefill_ahead"]}
+    ks = {k for s in shards for k in s["speculation"]["chosen_k"]}
+    out["speculation"] = {"mode": shards[0]["speculation"]["mode"],
+                          "chosen_k": {k: sum(s["speculation"]["chosen_k"].get(k, 0) for s in shards) for k in sorted(ks, key=int)}}
     out["shards"] = list(shards)
     return out
 

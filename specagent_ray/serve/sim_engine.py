@@ -39,11 +39,17 @@ class SimEngine:
     """A drafter (weak policy) or verifier (strong policy and verifier) replica. Guarantees one answer
     per request, in order; an answer is a ``Proposal``/``Review`` or the exception that request raised."""
 
-    def __init__(self, role: Role, engines: SimEngines):
+    def __init__(self, role: Role, engines: SimEngines, hardware: Any = None):
         from ..models.gold import SimSettings
 
         self.role = role
         self.latency = engines.latency
+        self.roofline = None
+        if engines.latency.model == "roofline":
+            from ..costs.hardware import Hardware
+            from .sim_roofline import Roofline
+
+            self.roofline = Roofline(role, hardware or Hardware())
         self.settings = SimSettings(seed=engines.seed)
         self._sessions: OrderedDict[str, tuple] = OrderedDict()
         self.served = 0
@@ -73,10 +79,22 @@ class SimEngine:
     def _history(r: SimRequest) -> History:
         return History(Task(r.task_id, ""), r.steps)
 
+    async def _engine_time(self, kind: str, requests: Sequence[SimRequest]) -> None:
+        """Sleep the batch's engine time: the fixed model's, or the roofline's at this replica's batch."""
+        lat, roof = self.latency, self.roofline
+        if roof is None:
+            base = {"draft": lat.draft_base_s, "step": lat.step_base_s, "verify": lat.verify_base_s}[kind]
+            per = lat.verify_per_request_s if kind == "verify" else lat.draft_per_request_s
+            await asyncio.sleep(base + per * len(requests))
+            return
+        roof.in_flight += len(requests)
+        try:
+            await asyncio.sleep(roof.batch_seconds(kind, requests) * lat.time_scale)  # type: ignore[arg-type]
+        finally:
+            roof.in_flight -= len(requests)
+
     async def propose_batch(self, requests: Sequence[SimRequest]) -> list[Proposal | BaseException]:
-        lat = self.latency
-        base = lat.draft_base_s if self.role == "drafter" else lat.step_base_s
-        await asyncio.sleep(base + lat.draft_per_request_s * len(requests))
+        await self._engine_time("draft" if self.role == "drafter" else "step", requests)
         out: list[Proposal | BaseException] = []
         for r in requests:
             weak, strong = self._models(r)[:2]
@@ -88,8 +106,7 @@ class SimEngine:
     async def verify_batch(self, requests: Sequence[SimRequest]) -> list[Review | BaseException]:
         if self.role != "verifier":
             raise ValueError("verify_batch is served by verifier replicas only")
-        lat = self.latency
-        await asyncio.sleep(lat.verify_base_s + lat.verify_per_request_s * len(requests))
+        await self._engine_time("verify", requests)
         out: list[Review | BaseException] = []
         for r in requests:
             judge = self._exact_judge(r) if r.criterion == "exact" else self._models(r)[2]
@@ -99,6 +116,10 @@ class SimEngine:
 
     def ping(self) -> int:
         return self.served
+
+    def meters(self) -> dict[str, float]:
+        """What this replica served: with roofline latencies, ESTIMATED GPU-seconds and HBM bytes too."""
+        return {"served": self.served, **(self.roofline.meter if self.roofline else {})}
 
 
 async def _answer(call) -> object:

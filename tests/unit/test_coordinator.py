@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from specagent_ray.costs.controller import Load
 from specagent_ray.costs.hardware import Hardware
 from specagent_ray.serve.api import ClientTool, CreateSession, ToolResult, UserMessage
 from specagent_ray.serve.config import (
@@ -20,10 +21,17 @@ from specagent_ray.serve.config import (
 )
 from specagent_ray.serve.coordinator import Coordinator
 from specagent_ray.serve.engine_client import SimEngineClient
-from specagent_ray.serve.errors import BadRequest, Conflict, NotFound, Overloaded, ServiceUnavailable
+from specagent_ray.serve.errors import (
+    BadRequest,
+    Conflict,
+    NotFound,
+    Overloaded,
+    ServiceUnavailable,
+)
 from specagent_ray.serve.handles import Local
 from specagent_ray.serve.records import parse
 from specagent_ray.serve.sim_engine import SimEngine
+from specagent_ray.serve.speculation import SpeculationConfig
 from specagent_ray.serve.tool_host import ShardedToolHost, ToolHost
 from specagent_ray.storage.base import StoreError
 from specagent_ray.storage.local import LocalStore
@@ -511,7 +519,14 @@ async def test_telecom_users_never_run_a_call_twice_across_a_coordinator_crash(t
 
 
 def test_a_users_call_keeps_its_key_until_its_reply_is_committed_and_then_gets_a_new_one(tmp_path):
-    from specagent_ray.protocol.types import Action, Effect, Observation, Step, ToolCall, UserToolCall
+    from specagent_ray.protocol.types import (
+        Action,
+        Effect,
+        Observation,
+        Step,
+        ToolCall,
+        UserToolCall,
+    )
 
     coord = Cluster(tmp_path, config()).coordinator
     s = coord._session("s1", sim(), None, "local", None)
@@ -660,3 +675,68 @@ async def test_model_engines_judge_the_exact_ablation_with_the_same_verifier_pro
     await judge.verify(History(Task("t", "hi")), block)
     system = client.verifier.requests[0][0]["content"]
     assert system.startswith("You are a careful bank teller.") and "customer service" not in system
+
+
+async def test_a_table_of_k0_makes_every_served_step_the_strong_models_own(tmp_path):
+    """speculation.mode table mapping every load to K = 0: each block's step is written by the strong model,
+    nothing is drafted or verified, and /v1/stats counts the choices."""
+    cfg = config().model_copy(update={"speculation": SpeculationConfig(mode="table", table=((1e9, 0),))})
+    cluster = Cluster(tmp_path, cfg)
+    coord = cluster.coordinator
+    await coord.start()
+    sids = [(await coord.create(sim(t)))["session_id"] for t in WRITING_TASKS]
+    await finish(coord, sids)
+    steps = [x for sid in sids for x in coord.sessions[sid].steps]
+    assert steps and {x.author for x in steps} == {"strong"}
+    purposes = {c.purpose for sid in sids for c in coord.sessions[sid].ledger.calls}
+    assert purposes == {"step"}
+    assert coord.stats()["speculation"] == {"mode": "table", "chosen_k": {"0": len(steps)}}
+
+
+async def test_adaptive_k_follows_the_engines_load(tmp_path):
+    """Past the planner's GPU-seconds crossover the adaptive controller lets the strong model write; with the
+    sessions actually running (a few), it drafts."""
+    cfg = config().model_copy(update={"speculation": SpeculationConfig(mode="adaptive")})
+    cluster = Cluster(tmp_path, cfg)
+    coord = cluster.coordinator
+    await coord.start()
+    sizes = coord.runner.block_sizes
+    real = sizes.load
+    assert real().sessions == 0
+    sizes.load = lambda: Load(100_000, 256, 8)  # as if the engines served a hundred thousand sessions
+    busy = (await coord.create(sim("0")))["session_id"]
+    await finish(coord, [busy])
+    sizes.load = real
+    idle = (await coord.create(sim("0", trial=1)))["session_id"]
+    await finish(coord, [idle])
+    by_author = {sid: Counter(x.author for x in coord.sessions[sid].steps) for sid in (busy, idle)}
+    assert set(by_author[busy]) == {"strong"} and by_author[idle]["weak"] > 0
+    chosen = coord.stats()["speculation"]["chosen_k"]
+    assert chosen["0"] >= sum(by_author[busy].values()) and any(int(k) > 0 for k in chosen)
+
+
+def test_the_load_counts_every_shards_sessions_and_requests_per_replica():
+    from specagent_ray.serve.priority import ProgramPriority
+    from specagent_ray.serve.speculation import engine_load
+
+    priority = ProgramPriority()
+    priority.in_flight.update(strong=6, weak=3)
+    assert engine_load(priority, lambda: 5, 2, (4, 3))() == Load(10, 3.0, 2.0)
+
+
+async def test_roofline_sim_engines_take_longer_and_meter_more_at_a_bigger_batch():
+    from specagent_ray.serve.sim_engine import SimRequest
+
+    engine = SimEngine("verifier", SimEngines(latency=LatencyModel(model="roofline", time_scale=1e-4)))
+    one = [SimRequest("s0", "airline", "0", 0, ())]
+    many = [SimRequest(f"s{i}", "airline", "0", 0, ()) for i in range(64)]
+    alone = engine.roofline.batch_seconds("verify", one) if not engine.roofline.in_flight else None
+    engine.roofline.in_flight = 64
+    crowded = engine.roofline.batch_seconds("verify", many)
+    engine.roofline.in_flight = 0
+    assert alone is not None and crowded > alone  # a decode pass of 64 sequences takes longer than of one
+    before = engine.meters()
+    await engine.verify_batch(one)
+    after = engine.meters()
+    assert after["calls"] == before["calls"] + 1 and after["gpu_s"] > before["gpu_s"] and after["served"] == 1
+    assert engine.roofline.in_flight == 0

@@ -147,7 +147,7 @@ def scenarios(examples: int):
                               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])(
         given(weak=st.lists(kind, max_size=25), strong=st.lists(kind, max_size=10),
               verdicts=st.lists(verdict, max_size=10), k=st.integers(1, 6), max_steps=st.integers(1, 20),
-              review_messages=st.booleans())(f))
+              review_messages=st.booleans(), caps=st.one_of(st.none(), st.lists(st.integers(-1, 8), max_size=12)))(f))
 
 
 @pytest.mark.slow
@@ -171,14 +171,33 @@ def test_no_weak_write_reaches_a_real_tool_table(table, examples):
     run()
 
 
-def check(weak, strong, verdicts, k, max_steps, review_messages, table="synthetic"):
+class ScriptedCaps:
+    """A speculation controller that answers the given caps in turn (0: the strong policy writes the step;
+    out of range on purpose), then the configured K."""
+
+    def __init__(self, caps, k):
+        self.caps, self.k, self.last = list(caps), k, None
+
+    def next_k(self, history):
+        self.last = self.caps.pop(0) if self.caps else 99
+        return self.last
+
+    def drafted(self, block, staged):
+        assert 1 <= min(self.last, self.k) and len(block) <= min(self.last, self.k)  # 0 drafts nothing
+
+    def reviewed(self, block, accepted, separate_repair):
+        assert block[-1].staged and 0 <= accepted <= len(block)
+
+
+def check(weak, strong, verdicts, k, max_steps, review_messages, table="synthetic", caps=None):
     kinds, validator, classify = world(table)
     referee = Referee(validator, classify)
     verdicts = [MalformedOutput("unparseable") if v == "malformed" else v for v in verdicts]
     verdicts = [Verdict(v.accepted_prefix, v.reason, _in(kinds, v.repair)) if isinstance(v, Verdict) else v
                 for v in verdicts]
     parts = Parts(ScriptedPolicy([kinds[w]() for w in weak]), WatchedStrong([kinds[s]() for s in strong], referee),
-                  WatchedVerifier(verdicts, referee), referee, ScriptedUser(), Ledger())
+                  WatchedVerifier(verdicts, referee), referee, ScriptedUser(), Ledger(),
+                  block_size=None if caps is None else ScriptedCaps(caps, k))
     traj = asyncio.run(run_specagent(Task("t", "x"), parts, SpecConfig(k=k, max_steps=max_steps,
                                                                       review_messages=review_messages)))
     assert len(traj.steps) <= max_steps

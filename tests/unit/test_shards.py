@@ -72,6 +72,7 @@ def test_combined_stats_sum_counters_and_keep_the_worst_percentiles():
         return {"engines": "sim", "shard": i, "sessions": {"running": running, "done": 1}, "in_memory": 2,
                 "committed_steps": 10, "queued": 0, "log_flushes": 3, "resumed": 0, "fallbacks": 1, "redrafts": 0,
                 "process_cpu_s": 1.5, "batch_sizes": {"verify": {1: 2, 4: 1}},
+                "speculation": {"mode": "adaptive", "chosen_k": {"0": i, "2": 1, **({"10": 3} if i else {})}},
                 "overhead_s": {"n": 5, "p50": 0.001, "p99": p99}, "intent_log_wait_s": {"n": 0, "p50": None},
                 "engine_wait_s": {"write": {"n": 2, "p99": p99}, "draft": {"n": 0, "p99": None}},
                 "cache": {"strong": {"prompt_tokens": 1000, "cached_tokens": 900 - i * 400, "predicted_cached_tokens": 950,
@@ -84,3 +85,5 @@ def test_combined_stats_sum_counters_and_keep_the_worst_percentiles():
     cache = out["cache"]["strong"]  # shares of the summed tokens; the per-session share of the worst shard
     assert cache["cached_share"] == 0.7 and cache["predicted_share"] == 0.95 and cache["gap"] == 0.25
     assert cache["session_cached_share"] == {"n": 6, "p10": 0.5, "p50": 0.95}
+    assert out["speculation"] == {"mode": "adaptive", "chosen_k": {"0": 1, "2": 2, "10": 3}}
+    assert list(out["speculation"]["chosen_k"]) == ["0", "2", "10"]  # by K, not as text

@@ -1,0 +1,191 @@
+"""The speculation controller: how many steps to draft in the next block, from acceptance and engine load.
+
+Pure (no Ray, no HTTP); every figure it weighs is ESTIMATED by the planner's model (``costs/planner.py``).
+Per block it picks K in {0, 1, ..., k_max}, the one that minimizes the objective per committed step:
+
+- K >= 1: SpecAgent with a draft cap of K. Drafting stops at the first write (staged, then reviewed) or
+  after K reads (committed without review). With ``h_j`` the chance that the j-th drafted step is a write
+  given that drafting reached it (the hazards; one constant hazard is a geometric run of reads), a block
+  ending in a write is reviewed, one of K reads is not. That gives Proposition 1's accounting
+  (``planner.Acceptance``): the reviewed block-length mix, its expected committed steps ``E``
+  (Assumption 2 at ``p``), and the reviewed share ``f`` of committed steps. Costs are per *useful*
+  committed step: a read committed without review is one the strong model would have rejected with
+  probability 1 - p, and such a read is counted as no progress (the session spends a step undoing or
+  redoing it). Without that, K = 1 (every read unreviewed) would always look cheapest whatever the
+  drafter's quality.
+- K = 0: the strong model writes the step itself, as in Strong-only (a strong step is a strong repair's
+  equal, so the safety invariant is untouched).
+
+Each option is priced where it would run: the planner's closed-loop operating point (``planner.operate``,
+its batch term) of the sessions now on the engines, as if every session used that K. So K = 0 is priced
+at the larger strong batch that Strong-only reaches, not at the batch speculation leaves: past the
+planner's crossover the strong model's weight reads are shared by so many sequences that speculation's
+drafter GPU-seconds stop paying, and K = 0 wins on GPU-seconds; with few sessions and a high ``p`` a long
+block wins. The objectives: ``latency`` (step latency, engines and queueing), ``gpu_seconds`` (both
+roles' GPU-seconds) and ``strong_hbm`` (the strong model's HBM reads), per committed step.
+
+A fixed table (``table``: strong-batch upper bounds -> K, like vLLM's
+``num_speculative_tokens_per_batch_size``) replaces the model for operators who want one: the first row
+whose bound is at least the strong engine's measured batch gives K.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .planner import Acceptance, Engine, Traffic, operate, token_model_shapes
+
+Objective = Literal["latency", "gpu_seconds", "strong_hbm"]
+OBJECTIVES: tuple[Objective, ...] = ("latency", "gpu_seconds", "strong_hbm")
+METRIC = {"latency": "latency", "gpu_seconds": "gpu_s", "strong_hbm": "hbm"}  # planner.Operating.metric
+MIN_HAZARD = 1e-3  # a session that has drafted no write yet still may: never assume none will come
+
+
+@dataclass(frozen=True)
+class CappedAcceptance(Acceptance):
+    """Proposition 1's accounting per *useful* committed step: ``extra_drafts`` are the drafted reads per
+    useful step that were committed without review although the strong model would have rejected them."""
+
+    extra_drafts: float = 0.0
+
+    @property
+    def drafts_per_step(self) -> float:
+        return super().drafts_per_step + self.extra_drafts
+
+
+def capped_acceptance(k: int, p: float, hazards: Sequence[float], rho: float) -> CappedAcceptance:
+    """Proposition 1's accounting of blocks drafted with cap ``k`` (see the module docstring), per useful
+    committed step; ``hazards[j - 1]`` is the j-th step's (the last one holds beyond). ValueError for k < 1,
+    no hazards, or a rate outside [0, 1]."""
+    if k < 1:
+        raise ValueError(f"a draft cap must be >= 1, got {k}")
+    if not hazards or any(not 0.0 <= h <= 1.0 for h in hazards):
+        raise ValueError(f"hazards must be rates in [0, 1], got {hazards}")
+    reach, ends = 1.0, []
+    for j in range(1, k + 1):
+        h = max(MIN_HAZARD, hazards[min(j, len(hazards)) - 1])
+        ends.append((j, reach * h))  # a write at step j ends the block: reviewed
+        reach *= 1 - h
+    reviewed = 1 - reach  # the rest are k reads, committed without review
+    blocks = tuple((j, w / reviewed) for j, w in ends)
+    per_reviewed = Acceptance(p, blocks, rho, 1.0).per_block
+    useful = reviewed * per_reviewed + reach * k * max(p, 1e-9)
+    return CappedAcceptance(p, blocks, rho, max(reviewed * per_reviewed / useful, 1e-9),
+                            extra_drafts=reach * k * (1 - p) / useful)
+
+
+def write_share_for(f: float, p: float, k: int, rho: float = 0.2) -> float:
+    """The constant hazard at which blocks capped at ``k`` have reviewed share ``f`` (the planner's inputs
+    have f, not the hazards); by bisection, as f rises with the hazard."""
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if capped_acceptance(k, p, (mid,), rho).f < f else (lo, mid)
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class TokenModel:
+    """Call tokens by committed steps (the planner's token model, ``planner.token_model_shapes``; the
+    defaults are `specagent-ray plan`'s, rounded from a simulated bench run): a prompt is ``system`` plus
+    ``new`` per step; a step decodes ``step``, a verdict ``verdict``."""
+
+    system: float = 2600
+    new: float = 460
+    step: float = 723
+    verdict: float = 1420
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the controller knows of a session: per-step acceptance ``p`` (pooled over kinds), the hazards
+    of a write by position in the block, and the separate repairs per rejection."""
+
+    p: float
+    hazards: tuple[float, ...]
+    rho: float
+
+
+@dataclass(frozen=True)
+class Load:
+    """The engines' load now: concurrent sessions on them (all coordinators), and each role's requests in
+    flight per replica (what vLLM calls ``num_requests_running``)."""
+
+    sessions: float
+    batch_strong: float = 1.0
+    batch_weak: float = 1.0
+
+
+@dataclass(frozen=True)
+class Controller:
+    """Picks each block's K. Guarantees: the answer lies in 0..k_max; with a ``table`` it is the table's K
+    for the strong engine's batch (clipped to k_max); otherwise 0 iff the strong model's own step is
+    cheaper on ``objective`` than every K >= 1, else the largest K within ``review_slack`` of the cheapest.
+
+    Why the slack: in Algorithm 1 a block of reads alone commits without review, so K decides which reads
+    the verifier sees, together with the write that follows, before they commit; it barely changes how many
+    verifies there are (one per write). A smaller K is a little cheaper and reviews fewer reads, so the
+    controller pays up to ``review_slack`` for the reviews. ``strong`` and ``weak`` carry the replicas the
+    sessions share; ``steps_per_session`` and ``think_time_s`` are the planner's traffic."""
+
+    strong: Engine
+    weak: Engine
+    objective: Objective = "gpu_seconds"
+    k_max: int = 6
+    table: tuple[tuple[float, int], ...] = ()
+    review_slack: float = 0.03
+    tokens: TokenModel = TokenModel()
+    steps_per_session: float = 14.0
+    think_time_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.k_max < 0:
+            raise ValueError(f"k_max must be >= 0, got {self.k_max}")
+        if not 0 <= self.review_slack < 1:
+            raise ValueError(f"review_slack must lie in [0, 1), got {self.review_slack}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}; one of {', '.join(OBJECTIVES)}")
+        bounds = [b for b, _ in self.table]
+        if bounds != sorted(bounds) or any(k < 0 for _, k in self.table):
+            raise ValueError(f"a K table needs rising batch bounds and K >= 0, got {self.table}")
+
+    def costs(self, est: Estimate, sessions: float) -> dict[int, float]:
+        """The objective per committed step (ESTIMATED) for each K in 0..k_max, every session using it."""
+        traffic, t = Traffic(max(1.0, sessions), self.steps_per_session, self.think_time_s), self.tokens
+        out: dict[int, float] = {}
+        for k in range(self.k_max + 1):
+            acc = capped_acceptance(max(1, k), est.p, est.hazards, est.rho)
+            shapes = token_model_shapes(acc, self.steps_per_session, t.system, t.new, t.step, t.verdict)
+            op = operate("strong" if k == 0 else "specagent", traffic, acc, shapes, self.strong, self.weak)
+            out[k] = op.metric(METRIC[self.objective])
+        return out
+
+    def choose(self, est: Estimate, load: Load) -> int:
+        """K for the next block: 0 where the strong model's own step is cheapest, else the largest K that
+        costs at most ``review_slack`` more than the cheapest K >= 1."""
+        if self.table:
+            k = next((k for bound, k in self.table if load.batch_strong <= bound), self.table[-1][1])
+            return min(k, self.k_max)
+        costs = self.costs(est, load.sessions)
+        speculating = {k: c for k, c in costs.items() if k >= 1}
+        if not speculating or costs[0] < min(speculating.values()):
+            return 0
+        bound = min(speculating.values()) * (1 + self.review_slack)
+        return max(k for k, c in speculating.items() if c <= bound)
+
+    def choose_quantized(self, est: Estimate, load: Load) -> int:
+        """``choose`` at rates rounded to 0.02 (hazards 0.05), sessions to two significant digits and
+        batches to whole sequences, cached: a coordinator asks once per block, and the exact answer takes
+        tens of milliseconds of CPU (the planner's operating points)."""
+        r = lambda x, step: round(x / step) * step
+        key = Estimate(r(est.p, 0.02), tuple(r(h, 0.05) for h in est.hazards[: self.k_max or 1]), r(est.rho, 0.05))
+        return _choose_cached(self, key, Load(float(f"{load.sessions:.2g}"), float(round(load.batch_strong)),
+                                              float(round(load.batch_weak))))
+
+
+@functools.lru_cache(maxsize=65536)
+def _choose_cached(controller: Controller, est: Estimate, load: Load) -> int:
+    return controller.choose(est, load)
