@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.engines import add_parser as add_engines_parser
 
     add_engines_parser(bench)
+    from .bench.adaptive import add_parser as add_adaptive_parser
+
+    add_adaptive_parser(bench)
     add_results_parser(sub)
     from .loadtest.command import add_parser as add_loadtest_parser
 
@@ -238,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.roofline import run_from_args
 
             return run_from_args(args, console)
+        if args.suite == "adaptive":
+            from .bench.adaptive import run_from_args as run_adaptive
+
+            return run_adaptive(args, console)
         if args.suite == "engines":
             from .bench.engines import run_from_args as run_engines
 

@@ -101,6 +101,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c = p.add_argument_group("check against the simulator (starts the sim profile on local Ray)")
     c.add_argument("--check-sim", action="store_true", help="run sim load tests at --levels and compare strong "
                    "HBM per committed step with the planner's")
+    c.add_argument("--check-batch", action="store_true", help="run sim load tests whose engines batch like GPUs "
+                   "(roofline latencies) at --levels and compare each engine's batch with the planner's batch term")
+    c.add_argument("--time-scale", type=float, default=0.3, help="--check-batch: real seconds per estimated "
+                   "engine second (keeps this machine's CPU out of the measurement)")
     c.add_argument("--levels", default="10,40,100", help="concurrent sessions of each load test")
     c.add_argument("--duration-s", type=float, default=30.0, help="session starts of each load test")
     c.add_argument("--tasks", default="airline:0-19", help="task mix of the load tests and of the bench run the "
@@ -184,6 +188,10 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         from .plan_sim import run_check
 
         return run_check(args, resolved, console)
+    if args.check_batch:
+        from .plan_batch import run_check as run_batch_check
+
+        return run_batch_check(args, resolved, console)
     plan = make_plan(resolved.inputs, args.max_sessions, args.points)
     for table in tables(plan, resolved.labels):
         console.print(table)

@@ -42,6 +42,7 @@ Objective = Literal["latency", "gpu_seconds", "strong_hbm"]
 OBJECTIVES: tuple[Objective, ...] = ("latency", "gpu_seconds", "strong_hbm")
 METRIC = {"latency": "latency", "gpu_seconds": "gpu_s", "strong_hbm": "hbm"}  # planner.Operating.metric
 MIN_HAZARD = 1e-3  # a session that has drafted no write yet still may: never assume none will come
+ITERS = 16  # bisection steps of the operating points: batches and rates to 1/65,536 of their range
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,12 @@ class Load:
 class Controller:
     """Picks each block's K. Guarantees: the answer lies in 0..k_max; with a ``table`` it is the table's K
     for the strong engine's batch (clipped to k_max); otherwise 0 iff the strong model's own step is
-    cheaper on ``objective`` than every K >= 1, else the largest K within ``review_slack`` of the cheapest.
+    cheaper on ``objective`` than every K >= 1 (at the fleet's estimate, by ``switch_margin``), else the
+    largest K within ``review_slack`` of the session's cheapest.
+
+    Why the fleet decides K = 0: an engine's batch depends on what every session does, and a fleet that
+    mixes sessions that speculate with sessions that do not runs both engines at smaller batches than
+    either choice alone (`bench adaptive` measured a mix 10 % worse than either at 1,000 sessions).
 
     Why the slack: in Algorithm 1 a block of reads alone commits without review, so K decides which reads
     the verifier sees, together with the write that follows, before they commit; it barely changes how many
@@ -137,6 +143,7 @@ class Controller:
     k_max: int = 6
     table: tuple[tuple[float, int], ...] = ()
     review_slack: float = 0.03
+    switch_margin: float = 0.01
     tokens: TokenModel = TokenModel()
     steps_per_session: float = 14.0
     think_time_s: float = 1.0
@@ -159,33 +166,38 @@ class Controller:
         for k in range(self.k_max + 1):
             acc = capped_acceptance(max(1, k), est.p, est.hazards, est.rho)
             shapes = token_model_shapes(acc, self.steps_per_session, t.system, t.new, t.step, t.verdict)
-            op = operate("strong" if k == 0 else "specagent", traffic, acc, shapes, self.strong, self.weak)
+            op = operate("strong" if k == 0 else "specagent", traffic, acc, shapes, self.strong, self.weak, ITERS)
             out[k] = op.metric(METRIC[self.objective])
         return out
 
-    def choose(self, est: Estimate, load: Load) -> int:
-        """K for the next block: 0 where the strong model's own step is cheapest, else the largest K that
-        costs at most ``review_slack`` more than the cheapest K >= 1."""
+    def choose(self, est: Estimate, load: Load, fleet: Estimate | None = None) -> int:
+        """K for the next block. Whether to speculate at all is decided on ``fleet`` (the pooled estimate of
+        every session on these engines; ``est`` without one): K = 0 where the strong model's own step is
+        cheaper than every K >= 1 by ``switch_margin``. Then the largest K that costs, at the session's own
+        ``est``, at most ``review_slack`` more than its cheapest K >= 1."""
         if self.table:
             k = next((k for bound, k in self.table if load.batch_strong <= bound), self.table[-1][1])
             return min(k, self.k_max)
-        costs = self.costs(est, load.sessions)
-        speculating = {k: c for k, c in costs.items() if k >= 1}
-        if not speculating or costs[0] < min(speculating.values()):
+        pooled = self.costs(fleet or est, load.sessions)
+        if self.k_max == 0 or pooled[0] < min(c for k, c in pooled.items() if k >= 1) * (1 - self.switch_margin):
             return 0
+        costs = pooled if fleet is None or fleet == est else self.costs(est, load.sessions)
+        speculating = {k: c for k, c in costs.items() if k >= 1}
         bound = min(speculating.values()) * (1 + self.review_slack)
         return max(k for k, c in speculating.items() if c <= bound)
 
-    def choose_quantized(self, est: Estimate, load: Load) -> int:
+    def choose_quantized(self, est: Estimate, load: Load, fleet: Estimate | None = None) -> int:
         """``choose`` at rates rounded to 0.02 (hazards 0.05), sessions to two significant digits and
         batches to whole sequences, cached: a coordinator asks once per block, and the exact answer takes
         tens of milliseconds of CPU (the planner's operating points)."""
+        return _choose_cached(self, self._rounded(est), Load(float(f"{load.sessions:.2g}"), float(round(
+            load.batch_strong)), float(round(load.batch_weak))), None if fleet is None else self._rounded(fleet))
+
+    def _rounded(self, est: Estimate) -> Estimate:
         r = lambda x, step: round(x / step) * step
-        key = Estimate(r(est.p, 0.02), tuple(r(h, 0.05) for h in est.hazards[: self.k_max or 1]), r(est.rho, 0.05))
-        return _choose_cached(self, key, Load(float(f"{load.sessions:.2g}"), float(round(load.batch_strong)),
-                                              float(round(load.batch_weak))))
+        return Estimate(r(est.p, 0.02), tuple(r(h, 0.05) for h in est.hazards[: self.k_max or 1]), r(est.rho, 0.05))
 
 
 @functools.lru_cache(maxsize=65536)
-def _choose_cached(controller: Controller, est: Estimate, load: Load) -> int:
-    return controller.choose(est, load)
+def _choose_cached(controller: Controller, est: Estimate, load: Load, fleet: Estimate | None) -> int:
+    return controller.choose(est, load, fleet)

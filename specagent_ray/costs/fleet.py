@@ -24,6 +24,7 @@ from .planner import (
     METHODS,
     METRICS,
     Acceptance,
+    Calls,
     Engine,
     Method,
     Operating,
@@ -69,20 +70,20 @@ class PlanInputs:
                 raise ValueError(f"{name} must be >= 1, got {value}")
 
 
-def weak_for(inputs: PlanInputs, sessions: float) -> Engine:
+def weak_for(inputs: PlanInputs, sessions: float, method: Method | Calls = "specagent") -> Engine:
     """The drafter fleet at ``sessions``. With ``auto_weak``: ``ceil(X * T / target)`` replicas, with ``T``
-    SpecAgent's weak time per step at the target batch and ``X`` the most committed steps/s the sessions can
-    ask for (strong at batch 1, weak at its target) or the strong fleet can verify (at its batch cap), the
-    lower."""
+    the method's weak time per step at the target batch (SpecAgent's, or a measured call mix's) and ``X`` the
+    most committed steps/s the sessions can ask for (strong at batch 1, weak at its target) or the strong
+    fleet can verify (at its batch cap), the lower."""
     if not inputs.auto_weak:
         return inputs.weak
     acc, shapes, strong, weak = inputs.acceptance, inputs.shapes, inputs.strong, inputs.weak
     target = _target(weak, inputs.target_batch_weak, shapes)
-    weak_s = role_cost("specagent", "weak", acc, shapes, weak, target).latency_s
-    low = step_cost("specagent", acc, shapes, strong, weak)
+    weak_s = role_cost(method, "weak", acc, shapes, weak, target).latency_s
+    low = step_cost(method, acc, shapes, strong, weak)
     cap = strong.batch_cap(shapes.max_context)
     x = min(sessions / (inputs.traffic.think_time_s + low.strong.latency_s + weak_s),
-            strong.replicas * cap / role_cost("specagent", "strong", acc, shapes, strong, cap).latency_s)
+            strong.replicas * cap / role_cost(method, "strong", acc, shapes, strong, cap).latency_s)
     return replace(weak, replicas=max(1, math.ceil(x * weak_s / target - 1e-9)))
 
 

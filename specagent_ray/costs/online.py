@@ -25,13 +25,20 @@ class Prior:
     write_share: float = 0.3
     rho: float = 0.2
     weight: float = 4.0
+    hazards: tuple[float, ...] = ()  # by position, where known (a bench run's); else write_share everywhere
 
     def __post_init__(self) -> None:
         for name in ("p_read", "p_write", "write_share", "rho"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if any(not 0.0 <= h <= 1.0 for h in self.hazards):
+            raise ValueError(f"hazards must lie in [0, 1], got {self.hazards}")
         if self.weight <= 0:
             raise ValueError(f"the prior's weight must be > 0, got {self.weight}")
+
+    def hazard(self, j: int) -> float:
+        """The prior's hazard of a write at position ``j`` (0-based)."""
+        return self.hazards[min(j, len(self.hazards) - 1)] if self.hazards else self.write_share
 
 
 class OnlineEstimate:
@@ -72,7 +79,13 @@ class OnlineEstimate:
         return self._rate(self.accepted[kind], self.accepted[kind] + self.rejected[kind], prior)
 
     def hazards(self) -> tuple[float, ...]:
-        return tuple(self._rate(w, r, self.prior.write_share) for w, r in zip(self.wrote, self.reached, strict=True))
+        return tuple(self._rate(w, r, self.prior.hazard(j))
+                     for j, (w, r) in enumerate(zip(self.wrote, self.reached, strict=True)))
+
+    def as_prior(self, weight: float = 4.0) -> Prior:
+        """What this estimate has learned, as a prior for other sessions (a bench run's)."""
+        return Prior(self.p("read"), self.p("write"), self.prior.write_share, self.estimate().rho, weight,
+                     self.hazards())
 
     def estimate(self) -> Estimate:
         """Pooled over kinds, as Assumption 2 takes one p (the prior's weight is counted once per kind)."""
@@ -82,25 +95,48 @@ class OnlineEstimate:
         return Estimate(p, self.hazards(), self._rate(self.separate, r, self.prior.rho))
 
 
-class AdaptiveK:
-    """A session's ``BlockSize`` (protocol/interfaces.py): the controller's K at the session's online
-    estimate and the engines' load now. ``on_choice`` hears every K chosen (for the stats)."""
+class Learner:
+    """Feeds every drafted block and verdict to its estimates (a session's, the fleet's)."""
 
-    def __init__(self, controller: Controller, load: Callable[[], Load], prior: Prior = Prior(),
-                 on_choice: Callable[[int], None] = lambda k: None):
-        self.controller, self.load, self.on_choice = controller, load, on_choice
-        self.estimate = OnlineEstimate(prior, max(1, controller.k_max))
-
-    def next_k(self, history: History) -> int:
-        k = self.controller.choose_quantized(self.estimate.estimate(), self.load())
-        self.on_choice(k)
-        return k
+    def __init__(self, *estimates: OnlineEstimate | None):
+        self.estimates = [e for e in estimates if e is not None]
 
     def drafted(self, block: Sequence[Step], staged: bool) -> None:
-        self.estimate.drafted(_kinds(block), staged)
+        for est in self.estimates:
+            est.drafted(_kinds(block), staged)
 
     def reviewed(self, block: Sequence[Step], accepted: int, separate_repair: bool) -> None:
-        self.estimate.reviewed(_kinds(block), accepted, separate_repair)
+        for est in self.estimates:
+            est.reviewed(_kinds(block), accepted, separate_repair)
+
+
+class Observer(Learner):
+    """A ``BlockSize`` that always answers ``k`` and learns, for a bench run that calibrates a prior."""
+
+    def __init__(self, k: int, estimate: OnlineEstimate):
+        super().__init__(estimate)
+        self.k = k
+
+    def next_k(self, history: History) -> int:
+        return self.k
+
+
+class AdaptiveK(Learner):
+    """A session's ``BlockSize`` (protocol/interfaces.py): the controller's K at the session's online
+    estimate, the fleet's (``fleet``: one estimate every session of the coordinator also feeds) and the
+    engines' load now. ``on_choice`` hears every K chosen (for the stats)."""
+
+    def __init__(self, controller: Controller, load: Callable[[], Load], prior: Prior = Prior(),
+                 on_choice: Callable[[int], None] = lambda k: None, fleet: OnlineEstimate | None = None):
+        self.controller, self.load, self.on_choice, self.fleet = controller, load, on_choice, fleet
+        self.estimate = OnlineEstimate(prior, max(1, controller.k_max))
+        super().__init__(self.estimate, fleet)
+
+    def next_k(self, history: History) -> int:
+        fleet = self.fleet.estimate() if self.fleet is not None else None
+        k = self.controller.choose_quantized(self.estimate.estimate(), self.load(), fleet)
+        self.on_choice(k)
+        return k
 
 
 def _kinds(block: Sequence[Step]) -> list[str]:

@@ -311,16 +311,17 @@ def _bisect(fn: Callable[[float], float], lo: float, hi: float, iters: int = 30)
     return (lo + hi) / 2
 
 
-def operate(method: Method | Calls, traffic: Traffic, acc: Acceptance, shapes: Shapes, strong: Engine, weak: Engine
-            ) -> Operating:
+def operate(method: Method | Calls, traffic: Traffic, acc: Acceptance, shapes: Shapes, strong: Engine, weak: Engine,
+            iters: int = 30) -> Operating:
     """The closed-loop operating point of ``method`` at ``traffic`` (see the module docstring). A role's
-    batch depends only on its own calls and the step rate, so each is solved on its own for a given rate."""
+    batch depends only on its own calls and the step rate, so each is solved on its own for a given rate;
+    ``iters`` bisection steps each (the controller, which asks per block, takes fewer)."""
     engines = {r: e for r, e in (("strong", strong), ("weak", weak)) if calls_per_step(method, acc, shapes)[r]}
     caps = {r: e.batch_cap(shapes.max_context) for r, e in engines.items()}
     time_in = {r: (lambda b, r=r: role_cost(method, r, acc, shapes, engines[r], b).latency_s) for r in engines}
 
     def batch(x: float, role: str) -> float:
-        return _bisect(lambda b: x * time_in[role](b) / engines[role].replicas - b, 0.0, caps[role])
+        return _bisect(lambda b: x * time_in[role](b) / engines[role].replicas - b, 0.0, caps[role], iters)
 
     def batches(x: float) -> dict[str, float]:
         return {r: batch(x, r) for r in engines}
@@ -333,7 +334,7 @@ def operate(method: Method | Calls, traffic: Traffic, acc: Acceptance, shapes: S
     if cycle(x_cap) <= traffic.sessions:
         x, capped = x_cap, min(limits, key=limits.__getitem__)
     else:
-        x, capped = _bisect(lambda x: traffic.sessions - cycle(x), 0.0, x_cap), None
+        x, capped = _bisect(lambda x: traffic.sessions - cycle(x), 0.0, x_cap, iters), None
     b = batches(x)
     c = step_cost(method, acc, shapes, strong, weak, b.get("strong", 0.0), b.get("weak", 0.0))
     latency = traffic.sessions / x - traffic.think_time_s if capped else c.strong.latency_s + c.weak.latency_s

@@ -49,7 +49,7 @@ class SimEngine:
             from ..costs.hardware import Hardware
             from .sim_roofline import Roofline
 
-            self.roofline = Roofline(role, hardware or Hardware())
+            self.roofline = Roofline(role, hardware or Hardware(), engines.latency.time_scale)
         self.settings = SimSettings(seed=engines.seed)
         self._sessions: OrderedDict[str, tuple] = OrderedDict()
         self.served = 0
@@ -79,47 +79,50 @@ class SimEngine:
     def _history(r: SimRequest) -> History:
         return History(Task(r.task_id, ""), r.steps)
 
-    async def _engine_time(self, kind: str, requests: Sequence[SimRequest]) -> None:
-        """Sleep the batch's engine time: the fixed model's, or the roofline's at this replica's batch."""
+    async def _engine_time(self, kind: str, requests: Sequence[SimRequest], answers: Sequence[Any] = ()) -> None:
+        """Sleep the batch's engine time: the fixed model's, or the roofline's for the answers' tokens at this
+        replica's batch."""
         lat, roof = self.latency, self.roofline
         if roof is None:
             base = {"draft": lat.draft_base_s, "step": lat.step_base_s, "verify": lat.verify_base_s}[kind]
             per = lat.verify_per_request_s if kind == "verify" else lat.draft_per_request_s
             await asyncio.sleep(base + per * len(requests))
             return
-        roof.in_flight += len(requests)
-        try:
-            await asyncio.sleep(roof.batch_seconds(kind, requests) * lat.time_scale)  # type: ignore[arg-type]
-        finally:
-            roof.in_flight -= len(requests)
+        await roof.serve(kind, requests, [getattr(a, "usage", None) for a in answers])  # type: ignore[arg-type]
 
-    async def propose_batch(self, requests: Sequence[SimRequest]) -> list[Proposal | BaseException]:
-        await self._engine_time("draft" if self.role == "drafter" else "step", requests)
-        out: list[Proposal | BaseException] = []
-        for r in requests:
-            weak, strong = self._models(r)[:2]
-            policy = weak if self.role == "drafter" else strong
-            out.append(await _answer(policy.propose(self._history(r), r.draft, r.feedback)))
+    async def _served(self, kind: str, requests: Sequence[SimRequest], answer) -> list[Any]:
+        """Each request's answer after the batch's engine time. With roofline latencies the answers come
+        first, since their tokens set the time; the fixed model sleeps first (a cancelled caller's
+        request then never advances its session's simulated models)."""
+        if self.roofline is None:
+            await self._engine_time(kind, requests)
+        out = [await _answer(answer(r)) for r in requests]
+        if self.roofline is not None:
+            await self._engine_time(kind, requests, out)
         self.served += len(requests)
         return out
+
+    async def propose_batch(self, requests: Sequence[SimRequest]) -> list[Proposal | BaseException]:
+        def answer(r: SimRequest):
+            weak, strong = self._models(r)[:2]
+            return (weak if self.role == "drafter" else strong).propose(self._history(r), r.draft, r.feedback)
+        return await self._served("draft" if self.role == "drafter" else "step", requests, answer)
 
     async def verify_batch(self, requests: Sequence[SimRequest]) -> list[Review | BaseException]:
         if self.role != "verifier":
             raise ValueError("verify_batch is served by verifier replicas only")
-        await self._engine_time("verify", requests)
-        out: list[Review | BaseException] = []
-        for r in requests:
+
+        def answer(r: SimRequest):
             judge = self._exact_judge(r) if r.criterion == "exact" else self._models(r)[2]
-            out.append(await _answer(judge.verify(self._history(r), r.draft)))
-        self.served += len(requests)
-        return out
+            return judge.verify(self._history(r), r.draft)
+        return await self._served("verify", requests, answer)
 
     def ping(self) -> int:
         return self.served
 
     def meters(self) -> dict[str, float]:
         """What this replica served: with roofline latencies, ESTIMATED GPU-seconds and HBM bytes too."""
-        return {"served": self.served, **(self.roofline.meter if self.roofline else {})}
+        return {"served": self.served, **(self.roofline.read() if self.roofline else {})}
 
 
 async def _answer(call) -> object:

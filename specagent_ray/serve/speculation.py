@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..costs.controller import Controller, Load
-from ..costs.online import AdaptiveK, Prior
+from ..costs.online import AdaptiveK, OnlineEstimate, Prior
 from ..costs.planner import Engine
 from ..protocol.interfaces import BlockSize
 
@@ -78,6 +78,8 @@ class BlockSizes:
         self.cfg, self.load = cfg, load
         self.chosen: Counter[int] = Counter()
         self.controller: Controller | None = None
+        self.prior = Prior(**cfg.prior.model_dump())
+        self.fleet = OnlineEstimate(self.prior, max(1, k_max))  # every session's blocks: the K = 0 decision
         if cfg.mode != "fixed":
             roles = hardware.deployments()
             strong, weak = (Engine(roles[r].spec, roles[r].gpu, roles[r].n_gpus, n)
@@ -89,7 +91,7 @@ class BlockSizes:
     def for_session(self) -> BlockSize | None:
         if self.controller is None:
             return None
-        return AdaptiveK(self.controller, self.load, Prior(**self.cfg.prior.model_dump()), self._count)
+        return AdaptiveK(self.controller, self.load, self.prior, self._count, self.fleet)
 
     def _count(self, k: int) -> None:
         self.chosen[k] += 1

@@ -100,6 +100,19 @@ def test_the_online_estimate_starts_at_the_prior_and_follows_the_session():
     assert e.rho == pytest.approx((50 + 1) / (50 + 2))
 
 
+@pytest.mark.parametrize("bad", [{"weight": 0}, {"p_read": 1.2}, {"hazards": (0.5, -0.1)}])
+def test_a_prior_out_of_range_is_refused(bad):
+    with pytest.raises(ValueError):
+        Prior(**bad)
+
+
+def test_a_fleet_estimate_decides_whether_to_speculate_for_every_session():
+    """A session whose own blocks all passed still stops drafting when the fleet's are all rejected."""
+    fleet, lucky = Estimate(0.02, (0.3,), 0.9), Estimate(0.98, (0.3,), 0.0)
+    controller = Controller(STRONG, WEAK, "gpu_seconds")
+    assert controller.choose(lucky, Load(1)) > 0 and controller.choose(lucky, Load(1), fleet) == 0
+
+
 def test_adaptive_k_learns_from_blocks_and_reads_the_load_each_time():
     loads = iter([Load(1), Load(1)])
     chosen = []

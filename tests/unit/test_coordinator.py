@@ -724,19 +724,71 @@ def test_the_load_counts_every_shards_sessions_and_requests_per_replica():
     assert engine_load(priority, lambda: 5, 2, (4, 3))() == Load(10, 3.0, 2.0)
 
 
-async def test_roofline_sim_engines_take_longer_and_meter_more_at_a_bigger_batch():
+def test_a_roofline_call_alone_takes_what_the_cost_model_says_and_slows_beside_others():
+    """Continuous batching: a call's decode passes run at the batch of the moment."""
+    from specagent_ray.costs.planner import CallShape, call_at_batch
+    from specagent_ray.serve.sim_roofline import Roofline, _Call
+
+    class Done:
+        def __init__(self):
+            self.is_done = False
+
+        def done(self):
+            return self.is_done
+
+        def set_result(self, _):
+            self.is_done = True
+
+    def run(n: int, shape: CallShape) -> float:
+        roof = Roofline("verifier", Hardware())
+        roof.calls = [_Call(roof.prefill_s(shape), shape.decode, shape.prompt, Done()) for _ in range(n)]
+        elapsed, dt = 0.0, 0.01
+        while not roof.calls[0].done.done():
+            roof.advance(dt)
+            elapsed += dt
+        return elapsed
+
+    shape, engine = CallShape(6000, 3000, 300), Roofline("verifier", Hardware()).engine
+    alone, crowded = run(1, shape), run(16, shape)
+    assert alone == pytest.approx(call_at_batch(engine, shape, 1).latency_s, rel=0.02)
+    assert crowded == pytest.approx(call_at_batch(engine, shape, 16).latency_s, rel=0.02)  # the planner's batch term
+    assert crowded > 1.3 * alone  # sixteen sequences touch more experts and read more KV per pass
+
+
+async def test_roofline_sim_engines_serve_and_meter_a_batch():
     from specagent_ray.serve.sim_engine import SimRequest
 
-    engine = SimEngine("verifier", SimEngines(latency=LatencyModel(model="roofline", time_scale=1e-4)))
-    one = [SimRequest("s0", "airline", "0", 0, ())]
-    many = [SimRequest(f"s{i}", "airline", "0", 0, ()) for i in range(64)]
-    alone = engine.roofline.batch_seconds("verify", one) if not engine.roofline.in_flight else None
-    engine.roofline.in_flight = 64
-    crowded = engine.roofline.batch_seconds("verify", many)
-    engine.roofline.in_flight = 0
-    assert alone is not None and crowded > alone  # a decode pass of 64 sequences takes longer than of one
+    engine = SimEngine("verifier", SimEngines(latency=LatencyModel(model="roofline", time_scale=1e-3)))
     before = engine.meters()
-    await engine.verify_batch(one)
+    await engine.verify_batch([SimRequest("s0", "airline", "0", 0, ())])
     after = engine.meters()
     assert after["calls"] == before["calls"] + 1 and after["gpu_s"] > before["gpu_s"] and after["served"] == 1
-    assert engine.roofline.in_flight == 0
+    assert after["seq_s"] > 0 and engine.roofline.in_flight == 0 and not engine.roofline.calls
+
+
+def test_the_roofline_meter_integrates_sequences_in_flight_over_time():
+    from specagent_ray.serve.sim_roofline import Roofline
+
+    now = [0.0]
+    roof = Roofline("verifier", Hardware(), clock=lambda: now[0])
+    roof.enter(2)
+    now[0] = 3.0
+    roof.enter(1)
+    now[0] = 4.0
+    roof.leave(3)
+    now[0] = 10.0
+    assert roof.read()["seq_s"] == 2 * 3 + 3 * 1 and roof.in_flight == 0
+
+
+async def test_a_roofline_replica_runs_at_most_its_batch_cap_and_queues_the_rest():
+    from specagent_ray.serve.sim_engine import SimRequest
+    from specagent_ray.serve.sim_roofline import Roofline
+
+    roof = Roofline("verifier", Hardware(), time_scale=1e-4, tick_s=0.001)
+    assert 1 < roof.cap < 10_000  # the KV next to 397B of weights on 16 GPUs
+    roof._room = asyncio.Semaphore(2)
+    seen = []
+    advance = roof.advance
+    roof.advance = lambda dt: (seen.append(roof.in_flight), advance(dt))
+    await roof.serve("verify", [SimRequest(f"s{i}", "airline", "0", 0, ()) for i in range(5)])
+    assert max(seen) == 2 and roof.meter["calls"] == 5 and roof.in_flight == 0

@@ -1,0 +1,92 @@
+"""`bench adaptive` and `plan --check-batch`: the pricing of realized call mixes and the goal checks."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from rich.console import Console
+
+from specagent_ray.bench.adaptive import (
+    Level,
+    Session,
+    call_mix,
+    goals,
+    priced,
+    run_from_args,
+)
+from specagent_ray.bench.plan_batch import predicted_batch
+from specagent_ray.costs.planner import role_cost
+
+
+def session(steps, calls, reward=1.0, task="0"):
+    return Session(task, 0, reward, steps, tuple(calls))
+
+
+def test_a_call_mix_is_calls_per_committed_step_with_their_mean_tokens():
+    runs = [session(4, [("strong", "verify", 100, 50, 10), ("weak", "draft", 80, 60, 20)] + [("weak", "draft", 40, 20, 0)]),
+            session(6, [("strong", "verify", 300, 150, 30)])]
+    mix, longest = call_mix(runs)
+    (rate, shape), = mix["strong"]
+    assert rate == pytest.approx(2 / 10) and (shape.prompt, shape.cached, shape.decode) == (200, 100, 20)
+    (rate, shape), = mix["weak"]
+    assert rate == pytest.approx(2 / 10) and shape.prompt == 60 and longest == 330
+
+
+def test_a_mix_of_only_strong_steps_prices_like_strong_only():
+    from dataclasses import replace
+
+    from specagent_ray.bench.adaptive import default_inputs
+    from specagent_ray.costs.planner import operate
+
+    inputs = default_inputs()
+    step = inputs.shapes.step
+    runs = [session(10, [("strong", "step", step.prompt, step.cached, step.decode)] * 10)]
+    shapes = replace(inputs.shapes, max_context=step.prompt + step.decode)
+    plain = operate("strong", replace(inputs.traffic, sessions=100, steps_per_session=10), inputs.acceptance,
+                    shapes, inputs.strong, inputs.weak)
+    op = priced(runs, inputs, 100)
+    assert op.cost.gpu_s == pytest.approx(plain.cost.gpu_s, rel=1e-6) and op.cost.weak.gpu_s == 0
+
+
+def level(strong, fixed, adaptive, pass_fixed=(90.0, 80.0, 100.0), pass_adaptive=90.0):
+    figures = {m: {"gpu_seconds": v, "pass_at_1": pass_adaptive if m == "adaptive" else pass_fixed[0],
+                   "pass_low": pass_fixed[1], "pass_high": pass_fixed[2]} for m, v in
+               (("strong", strong), ("fixed", fixed), ("adaptive", adaptive))}
+    return Level(10, "given", figures, {})
+
+
+def test_the_goals_ask_for_a_margin_to_beat_both_and_no_more_than_3_percent_to_lose():
+    met = dict(goals([level(2.0, 1.0, 1.0), level(1.0, 2.0, 1.0299)], "gpu_seconds"))
+    assert list(met.values()) == [True, False, True]  # equal to the better is not beating it
+    met = dict(goals([level(2.0, 1.0, 0.99), level(1.0, 2.0, 1.031)], "gpu_seconds"))
+    assert list(met.values()) == [False, True, True]
+    met = dict(goals([level(2.0, 1.0, 1.0, pass_adaptive=79.0)], "gpu_seconds"))
+    assert list(met.values())[2] is False
+
+
+def test_the_planners_batch_solves_littles_law():
+    from dataclasses import replace
+
+    from specagent_ray.bench.adaptive import default_inputs
+
+    inputs = default_inputs()
+    inputs = replace(inputs, strong=replace(inputs.strong, replicas=1))
+    for x in (0.5, 5.0, 20.0):
+        b = predicted_batch(inputs, "strong", x)
+        s = role_cost("specagent", "strong", inputs.acceptance, inputs.shapes, inputs.strong, b).latency_s
+        assert b == pytest.approx(x * s, rel=1e-3)
+
+
+@pytest.mark.slow
+def test_the_bench_runs_end_to_end_and_writes_its_figures(tmp_path):
+    args = argparse.Namespace(objective="gpu_seconds", levels="10,1000", domain="airline", tasks=8, trials=1, k=6,
+                              review_slack=0.03, out=tmp_path / "adaptive.json")
+    run_from_args(args, Console(record=True))
+    import json
+
+    doc = json.loads(args.out.read_text())
+    chosen = {lv["sessions"]: lv["chosen_k"] for lv in doc["levels"]}
+    assert "0" not in chosen[10.0]  # 10 sessions: it speculates
+    assert chosen[1000.0]["0"] > 0.9 * sum(chosen[1000.0].values())  # past the crossover the strong model writes
+    assert doc["goals"]["gpu_seconds: adaptive within 3% of the better fixed method at every level"]
