@@ -21,9 +21,11 @@ LOCAL = "local"  # the owner of sessions created in-process (tests, the bench); 
 
 
 class Admission:
-    def __init__(self, cfg: CoordinatorConfig, queued: Callable[[], int]):
+    def __init__(self, cfg: CoordinatorConfig, queued: Callable[[], int],
+                 limits: Callable[[str], int | None] = lambda owner: None):
         self.cfg = cfg
         self.queued = queued
+        self.limits = limits  # a named tenant's own max_sessions (serve/tenants.py), else tenant_max_sessions
         self.running: dict[str, str] = {}  # session id -> owner
         self._per_owner: Counter[str] = Counter()  # running + admitting, by owner
         self._admitting = 0
@@ -62,9 +64,9 @@ class Admission:
         total = len(self.running) + self._admitting
         if total >= c.max_sessions:
             raise Overloaded(f"{total} sessions running, the limit is {c.max_sessions}", c.retry_after_s)
-        limit = c.tenant_max_sessions
+        limit = self.limits(owner) or c.tenant_max_sessions
         if limit is not None and owner != LOCAL and self._per_owner[owner] >= limit:
-            raise Overloaded(f"this key has {self._per_owner[owner]} sessions running, its limit is {limit}",
+            raise Overloaded(f"this tenant has {self._per_owner[owner]} sessions running, its limit is {limit}",
                              c.retry_after_s)
         if self.queued() >= c.queue_limit:
             raise Overloaded(f"{self.queued()} engine requests queued, the limit is {c.queue_limit}", c.retry_after_s)

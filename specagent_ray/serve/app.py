@@ -165,21 +165,24 @@ def _gateway_class(cfg: dict[str, Any]):
     from .api import Offer
     from .gateway import api_keys, make_api, operator_keys, serve_with, served_call, served_keys, served_operators
     from .responses import Terms
+    from .tenants import TenantRules, key_owners
 
     config = AppConfig.model_validate(cfg)
     api = make_api(served_call, config.gateway, served_keys, served_operators, offer=Offer.of(config),
-                   terms=Terms.of(config))
+                   terms=Terms.of(config), rates=TenantRules(config.tenants).rate)
 
     @serve.deployment(name="Gateway", max_ongoing_requests=BUSY)
     @serve.ingress(api)
     class Gateway:
         def __init__(self, coordinators: list[DeploymentHandle]):
-            keys = api_keys(config.gateway, dict(os.environ))
-            if not keys:
-                raise ValueError(f"no API keys: set {config.gateway.api_keys_env} (comma-separated) "
-                                 "or gateway.dev_api_key")
-            serve_with(coordinators, keys, operator_keys(config.gateway, dict(os.environ)),
-                       config.gateway.coordinator_retry_s)
+            env = dict(os.environ)
+            operators = operator_keys(config.gateway, env)
+            owners = key_owners(config.tenants, env, api_keys(config.gateway, env), operators)
+            if set(owners) <= operators:
+                raise ValueError(f"no API keys: set {config.gateway.api_keys_env} (comma-separated), "
+                                 "gateway.dev_api_key, or the tenants' keys_env" if not config.tenants else
+                                 "no tenant has a key: set each tenant's keys_env (comma-separated)")
+            serve_with(coordinators, owners, operators, config.gateway.coordinator_retry_s)
 
     return Gateway
 

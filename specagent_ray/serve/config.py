@@ -15,6 +15,7 @@ from ..costs.hardware import Hardware
 from ..protocol.baselines import METHODS
 from .priority import PriorityConfig
 from .speculation import SpeculationConfig
+from .tenants import TenantConfig, check_tenants
 
 
 class Strict(BaseModel):
@@ -261,6 +262,8 @@ class AppConfig(Strict):
     hardware: Hardware = Field(Hardware(), description="the deployment each session's resource report "
                                "estimates GPU-s, HBM and FLOPs for (model specs and GPU profile from costs/data)")
     session_log: str = ".specagent/sessions"
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict, description="named tenants and their keys "
+                                             "and limits (serve/tenants.py); none: one tenant per key")
     speculation: SpeculationConfig = Field(SpeculationConfig(), description="how each block's K is chosen: "
                                            "fixed (the session's K), adaptive (from acceptance and engine load) "
                                            "or a table (serve/speculation.py)")
@@ -275,4 +278,5 @@ class AppConfig(Strict):
             raise ValueError(f"gateway.model_aliases name unknown methods: {', '.join(aliases)}")
         if self.defaults.method not in self.methods:
             raise ValueError(f"the default method {self.defaults.method!r} is not in methods {list(self.methods)}")
+        check_tenants(self.tenants, self.methods, self.tool_sources)
         return self

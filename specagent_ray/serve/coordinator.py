@@ -64,9 +64,9 @@ class Coordinator:
         self.recovery = Recovery(c.retain_finished)
         self.env, self.clock = dict(os.environ if env is None else env), clock
         self.sessions: dict[str, Session] = {}
-        self.admission = Admission(c, self.engines.queued)
-        self.metrics = Metrics()
         self.sources = ToolSources(cfg, tool_host)
+        self.admission = Admission(c, self.engines.queued, self.sources.rules.max_sessions)  # per tenant
+        self.metrics = Metrics()
         self.commits = GroupCommit(self.log, c.ack_timeout_s, clock)
         self.on_fallback: Callable[[str], None] = lambda kind: None
         self.runner = SessionRunner(cfg, engines, tool_host, self.log, self.env, clock, lambda: len(self.admission))
@@ -118,7 +118,7 @@ class Coordinator:
                 raise Conflict("this Idempotency-Key was used for a different request")
             return summary(s)
         with self.admission.slot(owner, idempotency_key) as started:  # taken before the first await
-            source = self.sources.check(req)
+            source = self.sources.check(req, owner)
             task = await self.sources.task(req, source)
             catalog = await self.sources.catalog(req, source)
             session = self._session(session_id(self.shard, secrets.token_hex(8)), req, task, owner, idempotency_key)

@@ -23,7 +23,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Security
@@ -97,10 +97,13 @@ def answers(status: int, *errors: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": SessionSummary, "links": LINKS}, **documented(*KEYED, *errors)}
 
 
-def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
+def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str] | frozenset[str]],
              operators: Callable[[], frozenset[str]] | None = None, offer: Offer | None = None,
-             terms: Terms | None = None) -> FastAPI:
-    """The FastAPI app over a coordinator reached through ``call``; ``keys()`` is read per request.
+             terms: Terms | None = None, rates: Callable[[str], tuple[float | None, int | None]] | None = None
+             ) -> FastAPI:
+    """The FastAPI app over a coordinator reached through ``call``; ``keys()`` is read per request: each valid
+    key and the tenant it acts for (``tenants.key_owners``), or a set of keys, each its own tenant.
+    ``rates``: a named tenant's own request rate and burst (``TenantRules.rate``).
     Only ``operators()`` keys read ``/v1/stats`` (cluster-wide counts, shard nodes, and the ids of
     sessions the log could not restore, which may be any tenant's); ``None``: every key may. ``offer``:
     the create terms its schema publishes (sources, users, methods; ``Offer.of(app_config)``); ``terms``:
@@ -112,25 +115,29 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], frozenset[str]],
     _publish(app, cfg, offer)
 
     bucket = TokenBucket(cfg.rate_per_s, cfg.burst)
+    owners_of = _owners()
 
-    def key_of(request: Request) -> str:
-        """The caller's key, once checked (401) and within its rate (429)."""
+    def key_of(request: Request) -> tuple[str, str]:
+        """The caller's key and tenant, once checked (401) and within the tenant's rate (429)."""
         given = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
-        matched = [k for k in keys() if hmac.compare_digest(given.encode(), k.encode())]
+        owners = owners_of(keys())
+        matched = [k for k in owners if hmac.compare_digest(given.encode(), k.encode())]
         if not matched:
             raise Unauthorized()
-        wait = bucket.take(tenant_of(matched[0]))
+        owner = owners[matched[0]]
+        rate, burst = rates(owner) if rates else (None, None)
+        wait = bucket.take(owner, rate, burst)
         if wait > 0:
-            raise Overloaded(f"over this key's rate of {cfg.rate_per_s:g} requests/s", max(1, round(wait + 0.5)))
-        return matched[0]
+            raise Overloaded(f"over this tenant's rate of {rate or cfg.rate_per_s:g} requests/s", max(1, round(wait + 0.5)))
+        return matched[0], owner
 
     async def tenant(request: Request, _bearer: Any = BEARER, _key: Any = API_KEY) -> str:
         """The caller's tenant."""
-        return tenant_of(key_of(request))
+        return key_of(request)[1]
 
     async def operator(request: Request, _bearer: Any = BEARER, _key: Any = API_KEY) -> None:
         """403 unless the caller's key is an operator's."""
-        key = key_of(request)
+        key = key_of(request)[0]
         if operators is not None and not any(hmac.compare_digest(key.encode(), k.encode()) for k in operators()):
             raise Forbidden("the cluster-wide stats are for operator keys (gateway.operator_keys_env)")
 
@@ -305,20 +312,36 @@ def _publish(app: FastAPI, cfg: GatewayConfig, offer: Offer | None) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+def _owners() -> Callable[[Mapping[str, str] | frozenset[str]], Mapping[str, str]]:
+    """Keys as {key: tenant}; a plain set of keys is hashed once per distinct set, not per request."""
+    memo: dict[int, tuple[frozenset[str], dict[str, str]]] = {}
+
+    def owners(keys: Mapping[str, str] | frozenset[str]) -> Mapping[str, str]:
+        if isinstance(keys, Mapping):
+            return keys
+        seen = memo.get(id(keys))
+        if seen is None or seen[0] is not keys:
+            memo.clear()
+            seen = memo[id(keys)] = (keys, {k: tenant_of(k) for k in keys})
+        return seen[1]
+    return owners
+
+
 # The served gateway's replica state. Module-level (pickled by reference), so the routes built at
 # composition time and the replica's constructor see the same object in the replica's process.
-_SERVED: dict[str, Any] = {"keys": frozenset()}
+_SERVED: dict[str, Any] = {"keys": {}}
 
 
-def serve_with(coordinators: list[Any], keys: frozenset[str], operators: frozenset[str] = frozenset(),
+def serve_with(coordinators: list[Any], keys: Mapping[str, str], operators: frozenset[str] = frozenset(),
                patience_s: float = 120.0) -> None:
-    """The replica's coordinator shards (deployment handles), API keys and operator keys. A call that no
+    """The replica's coordinator shards (deployment handles), its keys with their tenants (operator keys
+    among them) and the operator keys. A call that no
     coordinator replica takes within ``patience_s`` (the gateway's ``coordinator_retry_s``) fails as
     unavailable instead of waiting in Serve's queue for a replica that may never start."""
     async def call_shard(i: int, method: str, *args: Any, **kwargs: Any) -> Any:
         return await taken(getattr(coordinators[i], method).remote(*args, **kwargs), patience_s)
 
-    _SERVED["router"], _SERVED["keys"] = ShardRouter(call_shard, len(coordinators)), keys | operators
+    _SERVED["router"], _SERVED["keys"] = ShardRouter(call_shard, len(coordinators)), dict(keys)
     _SERVED["operators"] = operators
 
 
@@ -326,7 +349,7 @@ async def served_call(method: str, *args: Any, **kwargs: Any) -> Any:
     return await _SERVED["router"](method, *args, **kwargs)
 
 
-def served_keys() -> frozenset[str]:
+def served_keys() -> Mapping[str, str]:
     return _SERVED["keys"]
 
 

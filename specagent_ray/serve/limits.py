@@ -24,16 +24,17 @@ class TokenBucket:
         self.rate, self.burst, self.clock = rate_per_s, burst, clock
         self._state: dict[str, tuple[float, float]] = {}  # tenant -> (tokens, when)
 
-    def take(self, tenant: str) -> float:
-        """0 if the request may go now, else the seconds until it may."""
+    def take(self, tenant: str, rate: float | None = None, burst: int | None = None) -> float:
+        """0 if the request may go now, else the seconds until it may; ``rate``, ``burst``: the tenant's own."""
+        rate, burst = rate or self.rate, burst or self.burst
         now = self.clock()
-        tokens, when = self._state.get(tenant, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - when) * self.rate)
+        tokens, when = self._state.get(tenant, (float(burst), now))
+        tokens = min(float(burst), tokens + (now - when) * rate)
         if tokens >= 1:
             self._state[tenant] = (tokens - 1, now)
             return 0.0
         self._state[tenant] = (tokens, now)
-        return (1 - tokens) / self.rate
+        return (1 - tokens) / rate
 
 
 class BodyLimit:

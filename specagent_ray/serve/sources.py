@@ -28,6 +28,7 @@ from .config import (
 )
 from .errors import BadRequest, Conflict, Forbidden
 from .session import Catalog, Session
+from .tenants import TenantRules
 from .tool_host import ToolHostClient
 
 log = logging.getLogger(__name__)
@@ -45,12 +46,14 @@ class ToolSources:
     def __init__(self, cfg: AppConfig, tool_host: ToolHostClient):
         self.cfg = cfg
         self.tool_host = tool_host
+        self.rules = TenantRules(cfg.tenants)
         self._catalogs: dict[str, Catalog] = {}
         self.unavailable = unavailable_sources(cfg.tool_sources)  # name -> what is missing, in one line
 
-    def check(self, req: CreateSession):
-        """The configured source the request names, if the request suits it and the engines (400 if not;
-        409 for a source whose package or command is not installed here)."""
+    def check(self, req: CreateSession, owner: str = ""):
+        """The configured source the request names, if the request suits it, the engines and ``owner``'s
+        tenant (400 if not; 403 for a method or source the server or the tenant does not offer; 409 for a
+        source whose package or command is not installed here)."""
         source = self.cfg.tool_sources.get(req.tool_source)
         if source is None:
             raise BadRequest(f"unknown tool source {req.tool_source!r}; this server offers: "
@@ -62,6 +65,7 @@ class ToolSources:
         method = req.method or self.cfg.defaults.method
         if method not in self.cfg.methods:
             raise Forbidden(f"method {method!r} is not served here; this server serves: {', '.join(self.cfg.methods)}")
+        self.rules.allow(owner, method, req.tool_source)
         if req.client_tools and not isinstance(source, ClientSource):
             raise BadRequest(f"client_tools need a client tool source; {req.tool_source!r} is {source.kind}")
         why = refusal(self.cfg, source, req.user)

@@ -40,11 +40,11 @@ class FailAfter:
 def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: LatencyModel = FAST,
                        keys: tuple[str, ...] = ("dev-key",), app: dict[str, Any] | None = None,
                        gateway: dict[str, Any] | None = None, operators: tuple[str, ...] | None = None,
-                       **coordinator: Any) -> Iterator[str]:
+                       env: dict[str, str] | None = None, **coordinator: Any) -> Iterator[str]:
     """Yields the base URL of a gateway (API keys ``keys``; ``operators`` may read /v1/stats, every key when
     None) over an in-process sim coordinator; ``app``, ``gateway`` and ``coordinator`` override the
-    application's config."""
-    api = gateway_app(log_dir, fail_after, latency, keys, app, gateway, operators, **coordinator)
+    application's config; ``env`` holds the named tenants' keys (``app={"tenants": ...}``)."""
+    api = gateway_app(log_dir, fail_after, latency, keys, app, gateway, operators, env, **coordinator)
     with serve_in_thread(api) as url:
         yield url
 
@@ -52,7 +52,7 @@ def in_process_gateway(log_dir: Path, fail_after: int | None = None, latency: La
 def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyModel = FAST,
                 keys: tuple[str, ...] = ("dev-key",), app: dict[str, Any] | None = None,
                 gateway: dict[str, Any] | None = None, operators: tuple[str, ...] | None = None,
-                **coordinator: Any) -> Any:
+                env: dict[str, str] | None = None, **coordinator: Any) -> Any:
     """The ASGI app ``in_process_gateway`` serves (same arguments). Its coordinator shards start in the
     event loop of the first request, so serve it from one loop. Its schema lists the tau2 sources' task ids."""
     from ..models.plan import PlanEngineClient
@@ -64,6 +64,7 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
     from ..serve.responses import Terms
     from ..serve.shards import ShardRouter, shard_log
     from ..serve.sim_engine import SimEngine
+    from ..serve.tenants import TenantRules, key_owners
     from ..serve.tool_host import ToolHost
     from ..storage.local import LocalStore
 
@@ -86,9 +87,10 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
         return await result if hasattr(result, "__await__") else result
 
     call = ShardRouter(call_shard, len(shards))
-    api: Any = make_api(call, cfg.gateway, lambda: frozenset(keys),
+    owners = key_owners(cfg.tenants, env or {}, frozenset(keys), frozenset(operators or ()))
+    api: Any = make_api(call, cfg.gateway, lambda: owners,
                         None if operators is None else (lambda: frozenset(operators)),
-                        offer=Offer.of(cfg, tau2_task_ids(cfg)), terms=Terms.of(cfg))
+                        offer=Offer.of(cfg, tau2_task_ids(cfg)), terms=Terms.of(cfg), rates=TenantRules(cfg.tenants).rate)
     if fail_after is not None:
         api = FailAfter(api, fail_after)
     return api
