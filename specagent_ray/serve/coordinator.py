@@ -34,7 +34,7 @@ from .group_commit import GroupCommit
 from .lease import Lease
 from .records import Created, Deleted, Final, Record, TurnMeta
 from .recovery import Recovery, resume
-from .reports import Metrics, shard_stats, trajectory_report
+from .reports import Metrics, shard_stats, shard_usage, trajectory_report
 from .runner import SessionRunner
 from .session import FINISHED, Session, summary
 from .session_log import SessionLog
@@ -149,8 +149,7 @@ class Coordinator:
 
     async def post_tool_result(self, sid: str, res: ToolResult, owner: str = LOCAL) -> dict[str, Any]:
         """Deliver a client tool's result; answers once it is stored (503: delivered, not yet stored)."""
-        s = self._live(sid, owner)
-        s.deliver_tool_result(res.call_id, Observation(res.content, error=res.error))
+        (s := self._live(sid, owner)).deliver_tool_result(res.call_id, Observation(res.content, error=res.error))
         await self.commits.stored()
         return summary(s)
 
@@ -185,8 +184,7 @@ class Coordinator:
         return await self._get(sid, owner).wait_events(after, wait_s, whole_turn)
 
     async def cancel(self, sid: str, owner: str = LOCAL) -> dict[str, Any]:
-        s = self._get(sid, owner)
-        await s.cancel()
+        await (s := self._get(sid, owner)).cancel()
         return summary(s)
 
     async def trajectory(self, sid: str, grade: bool = False, owner: str = LOCAL) -> dict[str, Any]:
@@ -198,6 +196,9 @@ class Coordinator:
     def stats(self) -> dict[str, Any]:
         """Sessions by status, batch sizes, overheads, the log's health (``reports.shard_stats``)."""
         return shard_stats(self)
+
+    async def usage(self, tenant: str | None = None, since: str | None = None) -> dict[str, Any]:
+        return await shard_usage(self, tenant, since)  # by tenant and day, from this shard's log (usage.py)
 
     # -- checks -----------------------------------------------------------------------------------------
 
@@ -218,8 +219,7 @@ class Coordinator:
                        f"{self.cfg.coordinator.retain_finished})")
 
     def _live(self, sid: str, owner: str) -> Session:
-        s = self._get(sid, owner)
-        if s.status in FINISHED:
+        if (s := self._get(sid, owner)).status in FINISHED:
             raise Conflict(f"session {sid} is {s.status}; it takes no more input")
         return s
 

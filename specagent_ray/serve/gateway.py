@@ -75,7 +75,7 @@ class Internal(Exception):
 # the call may be tried again. Ray's handles raise RayActorError (ActorDiedError, ActorUnavailableError).
 UNAVAILABLE = (RayActorError, DeploymentUnavailableError, ConnectionError)
 # Calls safe to repeat as they are:
-IDEMPOTENT = {"events", "trajectory", "stats", "cancel", "post_tool_result", "post_approval"}
+IDEMPOTENT = {"events", "trajectory", "stats", "usage", "cancel", "post_tool_result", "post_approval"}
 IdempotencyKey = Header(None, alias="Idempotency-Key", min_length=1, max_length=200,
                         description="the same key (per API key) returns the first answer, never a second effect")
 # The API key's two headers, for the schema only (``key_of`` reads them): either one authenticates.
@@ -267,6 +267,15 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
     async def stats() -> dict[str, Any]:
         """Sessions by status, verifier batch sizes, coordinator overhead per committed step."""
         return await coordinator("stats")
+
+    @app.get("/v1/usage", dependencies=[Depends(operator)], operation_id="usage", responses=documented(*KEYED, 403))
+    async def usage(tenant: str | None = Query(None, max_length=64, description="one tenant (a name, or key-<hash>)"),
+                    since: str | None = Query(None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="first day, YYYY-MM-DD (UTC)")
+                    ) -> dict[str, Any]:
+        """Usage by tenant and day, from the session log: tokens by role, strong calls, ESTIMATED GPU-seconds
+        and strong HBM, sessions created and ended by status (``serve/usage.py``)."""
+        return {"tenants": await coordinator("usage", tenant, since), "label": "estimated GPU-s and HBM; tokens "
+                "as the engines reported them (simulated engines: the token model's)"}
 
     if terms is not None:
         mount_responses(app, coordinator, Tenant, IdempotencyKey, cfg, terms)

@@ -31,6 +31,12 @@ class _Record(BaseModel):
         return self.model_dump(mode="json")
 
 
+class _Stamped(_Record):
+    """A record whose time is kept (usage by day, ``usage.py``)."""
+
+    at: int = Field(0, description="when the coordinator wrote it, Unix seconds (0: a log from before)")
+
+
 class UserCallJson(BaseModel):
     name: str
     arguments: dict[str, Any]
@@ -96,7 +102,7 @@ class TurnMeta(BaseModel):
 
 # -- what the session's life writes (coordinator.py) -----------------------------------------------------
 
-class Created(_Record):
+class Created(_Stamped):
     """Written first, once, when the session is created; the request as accepted."""
 
     t: Literal["created"] = "created"
@@ -122,7 +128,7 @@ class Resumed(_Record):
     committed_steps: int
 
 
-class Final(_Record):
+class Final(_Stamped):
     """Written last, once: how the session ended."""
 
     t: Literal["final"] = "final"
@@ -149,7 +155,7 @@ class UserMessageRecord(_Record):
 
 # -- the protocol's steps and tools (session.py: Session, SessionTools) ---------------------------------
 
-class Commit(_Record):
+class Commit(_Stamped):
     """Steps committed to the history, the write keys they settle (``None`` for reads and messages) and
     the model calls made since the previous commit."""
 
@@ -211,7 +217,7 @@ class Turn(_Record):
     idempotency_key: str | None = None
 
 
-class ModelCalls(_Record):
+class ModelCalls(_Stamped):
     """The model calls made since the previous commit, written when the agent's turn ends before a commit
     (a message awaiting its reply, a client tool call, an approval request)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -15,7 +16,6 @@ from .config import AppConfig
 from .records import Commit, ModelCalls, ProtocolEvent, Record
 from .session import Session, summary
 from .wire import step_dict
-
 
 log = logging.getLogger(__name__)
 ROLES = ("weak", "strong")
@@ -156,6 +156,13 @@ def shard_stats(c: Any) -> dict[str, Any]:
             "speculation": c.runner.block_sizes.stats(),  # the K each block was given (adaptive, table)
             # CPU time of the coordinator's whole process (all threads, Ray's included) since it started
             "process_cpu_s": round(time.process_time() - m.cpu_at_start, 3)}
+
+
+async def shard_usage(c: Any, tenant: str | None, since: str | None) -> dict[str, Any]:
+    """Usage by tenant and day from one shard's session log (``usage.py``), read off the event loop."""
+    from .usage import tenant_usage
+
+    return await asyncio.to_thread(lambda: tenant_usage(c.log.all_sessions(), c.cfg.hardware, tenant, since))
 
 
 def trajectory_report(s: Session, cfg: AppConfig) -> dict[str, Any]:

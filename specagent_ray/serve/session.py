@@ -134,6 +134,8 @@ class Session:
     def record(self, rec: Record) -> None:
         self.recorded += 1
         self.turns.ended |= rec.t in ENDS_TURN
+        if getattr(rec, "at", None) == 0:  # a stamped kind: its time, for usage by day
+            rec = rec.model_copy(update={"at": int(time.time())})
         data = rec.data()
         self.log(self.id, rec, data)
         self.unpublished.append(data)

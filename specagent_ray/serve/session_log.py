@@ -237,6 +237,23 @@ class SessionLog:
             self._read_segment(key, position[0], out, seen)
         return out
 
+    def all_sessions(self) -> list[list[Record]]:
+        """Every session the log holds, finished ones included (the archives, then what ``replay`` reads),
+        each once; for reports such as usage, never for restoring sessions. Unreadable lines are skipped."""
+        out: dict[str, list[Record]] = {}
+        for key in sorted(self.store.list("archive/")):
+            archived = Replay()
+            try:
+                self._read_segment(key, -1, archived, set())
+            except (NotFound, StoreError) as exc:
+                log.warning("usage: archive %s unreadable: %s", key, exc)
+                continue
+            out.update(archived.sessions)
+        for sid, records in self.replay().sessions.items():
+            if len(records) >= len(out.get(sid, ())):  # a crash between archive and snapshot leaves both
+                out[sid] = records
+        return list(out.values())
+
     def _read_segment(self, key: str, epoch: int, out: Replay, seen: set[tuple[int, int]]) -> None:
         for line_no, raw in enumerate(self.store.get(key).split(b"\n"), 1):
             if not raw.strip():

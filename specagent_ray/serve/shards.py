@@ -8,7 +8,8 @@ Guarantees of ``ShardRouter``: every call for a session goes to the shard its id
 names no shard of this application is answered 404 "no session" without reaching any shard (a stale
 client or a changed N: nothing runs twice, nothing runs on the wrong shard); a create with an
 Idempotency-Key goes to the shard that key hashes to, so a retried create finds its first answer; a
-create without one goes to the next shard in turn; ``stats`` adds the shards up and lists each one.
+create without one goes to the next shard in turn; ``stats`` adds the shards up and lists each one;
+``usage`` adds up every shard's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from .errors import NotFound
 from .reports import combined_cache, merged
+from .usage import merged as merged_usage
 
 CallShard = Callable[..., Awaitable[Any]]  # (shard index, coordinator method, *args, **kwargs) -> result
 SUMMED = ("in_memory", "committed_steps", "queued", "log_flushes", "resumed", "fallbacks", "redrafts",
@@ -52,6 +54,8 @@ class ShardRouter:
     async def __call__(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if method == "stats":
             return combined(await asyncio.gather(*(self.call_shard(i, "stats") for i in range(self.n))))
+        if method == "usage":  # each shard's log holds its own sessions: added up, nothing twice
+            return merged_usage(await asyncio.gather(*(self.call_shard(i, "usage", *args) for i in range(self.n))))
         if method == "create":
             return await self.call_shard(self._create_shard(kwargs), method, *args, **kwargs)
         sid = args[0]

@@ -122,3 +122,23 @@ def test_one_key_listed_for_two_tenants_is_refused_and_none_is_stored_in_the_con
     owners = key_owners(cfg.tenants, ENV, frozenset({"dev-key"}), frozenset({"op-key"}))
     assert owners["acme-1"] == owners["acme-2"] == "acme" and "dev-key" not in owners
     assert owners["op-key"].startswith("key-")
+
+
+def test_usage_by_tenant_is_for_operator_keys_and_counts_each_tenant_apart(tmp_path):
+    async def run(url: str) -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            for who in ("acme-1", "globex-2"):
+                sid = (await http.post("/v1/sessions", json=CLIENT, headers=key(who))).json()["session_id"]
+                await settled(http, sid, key(who))
+            assert (await http.get("/v1/usage", headers=key("acme-1"))).status_code == 403
+            assert (await http.get("/v1/usage?since=yesterday", headers=key("op-key"))).status_code == 422
+            everyone = (await http.get("/v1/usage", headers=key("op-key"))).json()["tenants"]
+            assert set(everyone) == {"acme", "globex"}
+            (day, acme), = everyone["acme"].items()
+            assert acme["sessions_created"] == 1 and sum(t["calls"] for t in acme["tokens"].values()) >= 1
+            assert acme["gpu_seconds"] > 0
+            assert len(day) == 10 and "estimated" in acme["label"]
+            one = (await http.get("/v1/usage?tenant=globex", headers=key("op-key"))).json()["tenants"]
+            assert set(one) == {"globex"}
+    with gateway(tmp_path) as url:
+        asyncio.run(run(url))

@@ -85,11 +85,11 @@ class Cluster:
         return self.coordinator
 
 
-async def finish(coord: Coordinator, sids, timeout=60):
+async def finish(coord: Coordinator, sids, timeout=60, owner="local"):
     async def one(sid):
         after = 0
         while True:
-            out = await coord.events(sid, after, wait_s=1)
+            out = await coord.events(sid, after, wait_s=1, owner=owner)
             after += len(out["events"])
             if out["done"]:
                 return out
@@ -792,3 +792,43 @@ async def test_a_roofline_replica_runs_at_most_its_batch_cap_and_queues_the_rest
     roof.advance = lambda dt: (seen.append(roof.in_flight), advance(dt))
     await roof.serve("verify", [SimRequest(f"s{i}", "airline", "0", 0, ()) for i in range(5)])
     assert max(seen) == 2 and roof.meter["calls"] == 5 and roof.in_flight == 0
+
+
+async def test_usage_by_tenant_is_the_sum_of_its_sessions_reports_and_survives_a_restart(tmp_path):
+    """From the session log: archives (after a compaction), the snapshot and the segments after it."""
+    cluster = Cluster(tmp_path, config())
+    coord = cluster.coordinator
+    await coord.start()
+    made = {owner: [(await coord.create(sim(t, trial=i), owner=owner))["session_id"] for i, t in enumerate(tasks)]
+            for owner, tasks in (("acme", ("0", "7", "9")), ("globex", ("14",)))}
+    for owner, sids in made.items():
+        await finish(coord, sids, owner=owner)
+    await coord.log.compact()  # the finished sessions move to the archive
+    late = (await coord.create(sim("1"), owner="acme"))["session_id"]
+    await finish(coord, [late], owner="acme")
+    made["acme"].append(late)
+    expected = {}
+    for owner, sids in made.items():
+        reports = [(await coord.trajectory(sid, owner=owner))["resources"] for sid in sids]
+        expected[owner] = {"gpu_seconds": sum(r["gpu_seconds"] for r in reports),
+                           "strong_hbm_bytes": sum(r["hbm_bytes_by_role"].get("strong", 0) for r in reports),
+                           "strong_prompt": sum(r["tokens"]["strong"]["prompt"] for r in reports),
+                           "sessions_done": len(sids)}
+
+    def totals(usage):
+        out = {}
+        for owner, days in usage.items():
+            out[owner] = {"gpu_seconds": sum(d["gpu_seconds"] for d in days.values()),
+                          "strong_hbm_bytes": sum(d["strong_hbm_bytes"] for d in days.values()),
+                          "strong_prompt": sum(d["tokens"]["strong"]["prompt"] for d in days.values()),
+                          "sessions_done": sum(d.get("sessions_done", 0) for d in days.values())}
+        return out
+
+    def same(a, b):
+        return a.keys() == b.keys() and all(a[o][k] == pytest.approx(b[o][k], rel=1e-9) for o in a for k in a[o])
+
+    usage = await coord.usage()
+    assert same(totals(usage), expected)
+    assert set(await coord.usage("globex")) == {"globex"} and await coord.usage(since="2999-01-01") == {}
+    restarted = await cluster.crash_and_restart()
+    assert same(totals(await restarted.usage()), expected)
