@@ -101,13 +101,19 @@ class CoordinatorDeployment:
         await self.coordinator.start()
 
     def _metrics(self) -> None:
-        from ..telemetry.metrics import ProtocolMetrics
+        from ..telemetry.metrics import ProtocolMetrics, tenant_label
+        from .reports import resource_report
 
         metrics = ProtocolMetrics()
         self.coordinator.on_fallback = metrics.count_fallback
-        method = self.coordinator.cfg.defaults.method
-        self.coordinator.metrics.on_session = lambda s: metrics.observe_finished(s.request.method or method,
-                                                                                 s.ledger.calls)
+        cfg = self.coordinator.cfg
+        named = frozenset(cfg.tenants)
+
+        def finished(s: Any) -> None:
+            metrics.observe_finished(s.request.method or cfg.defaults.method, s.ledger.calls)
+            gpu_s = resource_report(s.ledger, cfg.hardware)["gpu_seconds"] if s.ledger.calls else 0.0
+            metrics.observe_tenant(tenant_label(s.owner, named), s.status, s.ledger.calls, gpu_s)
+        self.coordinator.metrics.on_session = finished
         for batcher in self.coordinator.engines.batchers().get("verify", []):  # verifier batches only
             batcher.on_batch = metrics.observe_batch
 
@@ -163,9 +169,9 @@ def _gateway_class(cfg: dict[str, Any]):
     """The ingress class. Its FastAPI app is built at composition time so Serve can serve the routes
     and the OpenAPI schema; the coordinator handle and the API keys arrive in the replica."""
     from .api import Offer
-    from .gateway import api_keys, make_api, operator_keys, serve_with, served_call, served_keys, served_operators
+    from .gateway import gateway_keys, make_api, serve_with, served_call, served_keys, served_operators
     from .responses import Terms
-    from .tenants import TenantRules, key_owners
+    from .tenants import TenantRules
 
     config = AppConfig.model_validate(cfg)
     api = make_api(served_call, config.gateway, served_keys, served_operators, offer=Offer.of(config),
@@ -175,13 +181,7 @@ def _gateway_class(cfg: dict[str, Any]):
     @serve.ingress(api)
     class Gateway:
         def __init__(self, coordinators: list[DeploymentHandle]):
-            env = dict(os.environ)
-            operators = operator_keys(config.gateway, env)
-            owners = key_owners(config.tenants, env, api_keys(config.gateway, env), operators)
-            if set(owners) <= operators:
-                raise ValueError(f"no API keys: set {config.gateway.api_keys_env} (comma-separated), "
-                                 "gateway.dev_api_key, or the tenants' keys_env" if not config.tenants else
-                                 "no tenant has a key: set each tenant's keys_env (comma-separated)")
+            owners, operators = gateway_keys(config, dict(os.environ))
             serve_with(coordinators, owners, operators, config.gateway.coordinator_retry_s)
 
     return Gateway

@@ -53,6 +53,7 @@ from .records import SessionEvent
 from .responses import Terms
 from .responses_routes import error_response, mount_responses
 from .shards import ShardRouter
+from .tenants import key_owners
 from .turns import ApprovalPost
 
 log = logging.getLogger(__name__)
@@ -369,6 +370,19 @@ def served_operators() -> frozenset[str]:
 def operator_keys(cfg: GatewayConfig, env: dict[str, str]) -> frozenset[str]:
     """The keys that may read /v1/stats: ``operator_keys_env``'s, and the dev key of a local profile."""
     return _listed(env, cfg.operator_keys_env, cfg.dev_api_key)
+
+
+def gateway_keys(app: Any, env: dict[str, str]) -> tuple[dict[str, str], frozenset[str]]:
+    """A gateway replica's keys with the tenant each acts for, and its operator keys, from ``env``
+    (``tenants.key_owners``). ValueError where no client could authenticate: no API key (neither
+    ``api_keys_env`` nor a dev key), or, with named tenants, no tenant with a key."""
+    keys, operators = api_keys(app.gateway, env), operator_keys(app.gateway, env)
+    owners = key_owners(app.tenants, env, keys, operators)
+    if app.tenants and not set(owners.values()) & set(app.tenants):
+        raise ValueError("no tenant has a key: set each tenant's keys_env (comma-separated)")
+    if not app.tenants and not keys:
+        raise ValueError(f"no API keys: set {app.gateway.api_keys_env} (comma-separated) or gateway.dev_api_key")
+    return owners, operators
 
 
 def api_keys(cfg: GatewayConfig, env: dict[str, str]) -> frozenset[str]:

@@ -20,6 +20,12 @@ SHARE_BOUNDS = [0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99]
 GAP_BOUNDS = [0.001, 0.01, 0.05, 0.1, 0.2, 0.5]  # Ray's histograms take positive bounds only
 
 
+def tenant_label(owner: str, named: frozenset[str]) -> str:
+    """A metrics label's tenant: a configured tenant's name, everyone else ``other`` (bounded cardinality:
+    one series set per named tenant, whatever the number of keys)."""
+    return owner if owner in named else "other"
+
+
 class ProtocolMetrics:
     """Accepted-prefix length, strong calls per session, verify latency, verifier batch size, fallbacks,
     and the engines' prefix cache by role: prompt tokens, cached tokens delivered and predicted (counters),
@@ -52,6 +58,15 @@ class ProtocolMetrics:
         self.session_share = metrics.Histogram(
             "specagent_session_cached_share", description="A finished session's delivered cached share of "
             "its prompt tokens.", boundaries=SHARE_BOUNDS, tag_keys=("role",))
+        tenant = lambda name, what, *tags: metrics.Counter(name, description=what, tag_keys=("tenant", *tags))
+        self.tenant_tokens = tenant("specagent_tenant_tokens_total", "A tenant's tokens by role and kind (prompt, "
+                                    "cached, decode), counted when its sessions end (measured).", "role", "kind")
+        self.tenant_strong_calls = tenant("specagent_tenant_strong_calls_total", "A tenant's strong-model calls "
+                                          "(prefills ahead of a verify apart), counted when its sessions end.")
+        self.tenant_gpu_seconds = tenant("specagent_tenant_gpu_seconds_total", "A tenant's GPU-seconds, ESTIMATED by "
+                                         "the cost model on the profile's hardware, counted when its sessions end.")
+        self.tenant_sessions = tenant("specagent_tenant_sessions_total", "A tenant's sessions ended, by status.",
+                                      "status")
         self.session_gap = metrics.Histogram(
             "specagent_session_cache_gap", description="A finished session's predicted minus delivered cached "
             "share where positive: cache the layout promised and the engines did not give (0 where they gave "
@@ -98,6 +113,20 @@ class ProtocolMetrics:
                 self.verify_latency.observe(call.wall_s, tags=tags)
         self.strong_calls.observe(len(strong), tags=tags)
         self.observe_cache(calls)
+
+    def observe_tenant(self, tenant: str, status: str, calls: Sequence[CallRecord], gpu_seconds: float) -> None:
+        """A finished session's usage under its tenant's label (``tenant_label``: bounded)."""
+        self.tenant_sessions.inc(1, tags={"tenant": tenant, "status": status})
+        for call in calls:
+            u = call.usage
+            for kind, n in (("prompt", u.prompt_tokens), ("cached", u.cached_prompt_tokens), ("decode", u.decode_tokens)):
+                if n > 0:
+                    self.tenant_tokens.inc(n, tags={"tenant": tenant, "role": call.role, "kind": kind})
+        strong = sum(1 for c in calls if c.role == "strong" and c.purpose != "prefill")
+        if strong:
+            self.tenant_strong_calls.inc(strong, tags={"tenant": tenant})
+        if gpu_seconds > 0:
+            self.tenant_gpu_seconds.inc(gpu_seconds, tags={"tenant": tenant})
 
     def observe_batch(self, size: int) -> None:
         self.batch_size.observe(size)

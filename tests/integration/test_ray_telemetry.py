@@ -43,7 +43,7 @@ def ray_cluster():
 
 
 def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
-    from specagent_ray.telemetry.metrics import ProtocolMetrics
+    from specagent_ray.telemetry.metrics import ProtocolMetrics, tenant_label
 
     tools = InMemoryTools({"lookup": ToolSpec(Effect.READ, object_schema(id="string")),
                            "refund": ToolSpec(Effect.WRITE, object_schema(id="string", amount="integer"))})
@@ -59,6 +59,12 @@ def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
     metrics.observe_cache([CallRecord("strong", "verify", Usage(1000, 600, 10, 900), 0.1),
                            CallRecord("strong", "prefill", Usage(1000, 0, 1, 0), 0.1)])
     metrics.observe_cache([CallRecord("weak", "draft", Usage(50, 0, 5, 0), 0.1)])  # zeros: Counter.inc(0) raises
+    named = frozenset({"acme"})
+    calls = [CallRecord("strong", "verify", Usage(1000, 600, 10), 0.1), CallRecord("strong", "prefill", Usage(8, 0, 1), 0.1),
+             CallRecord("weak", "draft", Usage(50, 0, 5), 0.1)]
+    metrics.observe_tenant(tenant_label("acme", named), "done", calls, 2.5)
+    for stranger in ("key-0123abcd", "local"):  # any number of unnamed tenants: one series set
+        metrics.observe_tenant(tenant_label(stranger, named), "failed", calls[2:], 0.0)
     body = scrape(ray_cluster, "ray_specagent_fallbacks_total")
     assert value(body, "ray_specagent_fallbacks_total", kind="timeout") == 1.0
     assert value(body, "ray_specagent_accepted_prefix_count", method="specagent") == 2.0  # two reviewed blocks
@@ -78,6 +84,13 @@ def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
     assert value(body, "ray_specagent_session_cached_share_bucket", role="strong", le="0.25") == 0.0
     assert value(body, "ray_specagent_session_cached_share_bucket", role="strong", le="0.5") == 1.0
     assert value(body, "ray_specagent_session_cache_gap_bucket", role="strong", le="0.1") == 0.0
+    assert value(body, "ray_specagent_tenant_sessions_total", tenant="acme", status="done") == 1.0
+    assert value(body, "ray_specagent_tenant_sessions_total", tenant="other", status="failed") == 2.0
+    assert value(body, "ray_specagent_tenant_tokens_total", tenant="acme", role="strong", kind="prompt") == 1008.0
+    assert value(body, "ray_specagent_tenant_tokens_total", tenant="other", role="weak", kind="decode") == 10.0
+    assert value(body, "ray_specagent_tenant_strong_calls_total", tenant="acme") == 1.0  # the prefill apart
+    assert value(body, "ray_specagent_tenant_gpu_seconds_total", tenant="acme") == 2.5
+    assert "key-0123abcd" not in body
     assert value(body, "ray_specagent_session_cache_gap_bucket", role="strong", le="0.2") == 1.0
     assert value(body, "ray_specagent_prompt_tokens_total", role="weak") == 50.0
 

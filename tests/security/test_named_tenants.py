@@ -142,3 +142,38 @@ def test_usage_by_tenant_is_for_operator_keys_and_counts_each_tenant_apart(tmp_p
             assert set(one) == {"globex"}
     with gateway(tmp_path) as url:
         asyncio.run(run(url))
+
+
+def test_metrics_label_only_named_tenants_and_shards_usage_adds_up():
+    from specagent_ray.serve.usage import merged
+    from specagent_ray.telemetry.metrics import tenant_label
+
+    named = frozenset(TENANTS)
+    assert [tenant_label(o, named) for o in ("acme", "globex", "key-0123abcd", "local")] == [
+        "acme", "globex", "other", "other"]
+    day = {"tokens": {"strong": {"calls": 1, "prompt": 10}}, "gpu_seconds": 1.5, "label": "estimated",
+           "sessions_done": 1}
+    out = merged([{"acme": {"2026-12-02": day}}, {"acme": {"2026-12-02": {**day, "sessions_failed": 1}},
+                                                  "globex": {"2026-12-01": day}}])
+    assert out["acme"]["2026-12-02"] == {"tokens": {"strong": {"calls": 2, "prompt": 20}}, "gpu_seconds": 3.0,
+                                         "label": "estimated", "sessions_done": 2, "sessions_failed": 1}
+    assert out["globex"] == {"2026-12-01": day}
+
+
+@pytest.mark.parametrize("app, env, error", [
+    ({"gateway": {"dev_api_key": "dev"}}, {}, None),  # a local profile: the dev key is also an operator's
+    ({}, {"SPECAGENT_API_KEYS": "a,b", "SPECAGENT_OPERATOR_KEYS": "op"}, None),
+    ({}, {"SPECAGENT_OPERATOR_KEYS": "op"}, "no API keys"),  # operators alone serve no client
+    ({"tenants": TENANTS}, ENV, None),
+    ({"tenants": TENANTS, "gateway": {"dev_api_key": "dev"}}, {}, "no tenant has a key"),
+])
+def test_a_gateway_replica_starts_only_where_some_client_can_authenticate(app, env, error):
+    from specagent_ray.serve.gateway import gateway_keys
+
+    cfg = AppConfig.model_validate(app)
+    if error:
+        with pytest.raises(ValueError, match=error):
+            gateway_keys(cfg, env)
+    else:
+        owners, operators = gateway_keys(cfg, env)
+        assert owners and set(operators) <= set(owners)
