@@ -28,7 +28,7 @@ from ..models.backend import BackendError, ChatBackend
 from ..models.llm import LLMPolicy, LLMVerifier, PromptTrail
 from ..models.prompts import PromptConfig
 from ..protocol.interfaces import EngineUnavailable, MalformedOutput, Policy, Verifier
-from ..protocol.types import History, Proposal, Review, Step, Usage
+from ..protocol.types import History, Proposal, Review, Step
 from ..telemetry.tracing import traceparent_headers
 from .batcher import Batcher
 from .config import CoordinatorConfig, OpenAIEngines, SimEngines
@@ -206,17 +206,6 @@ class OpenAIEngineClient:
         weak_n = (lambda n: n) if self.cfg.drafter.send_priority else (lambda n: None)
         send = (lambda n: n) if self.cfg.verifier.send_priority else (lambda n: None)
         sent = self.ahead.sent if self.ahead else (lambda sid, steps: None)
-        used = self.ahead.used if self.ahead else (lambda usage: None)
-
-        async def metered(call: Awaitable[Any]) -> Any:
-            """The verifier's answer; the new KV it computed counts, a malformed answer's too."""
-            try:
-                done = await call
-            except MalformedOutput as exc:
-                used(getattr(exc, "usage", None) or Usage())
-                raise
-            used(done.usage)
-            return done
         judges = {"semantic": verifier_llm, "exact": verifier_llm.by_exact_match()}
 
         def draft(h: History, d: Sequence[Step], f: str | None) -> Awaitable[Proposal]:
@@ -224,16 +213,16 @@ class OpenAIEngineClient:
                 self.ahead.start(session, verifier_llm.prompts, h, headers, on_verifier)
             return p.run(sid, p.draft_kind(sid), lambda n: weak_llm.propose(h, d, f, weak_n(n)))
 
-        async def strong_step(h: History, d: Sequence[Step], f: str | None) -> Proposal:
+        def strong_step(h: History, d: Sequence[Step], f: str | None) -> Awaitable[Proposal]:
             sent(sid, h.steps + tuple(d))
-            return await metered(p.run(sid, p.strong_kind(sid), lambda n: strong_llm.propose(h, d, f, send(n))))
+            return p.run(sid, p.strong_kind(sid), lambda n: strong_llm.propose(h, d, f, send(n)))
 
         async def verify(h: History, b: Sequence[Step], crit: str) -> Review:
             if self.ahead:
                 await self.ahead.settled(sid)  # H is being computed: sent alongside, the verify would redo it
             sent(sid, h.steps + tuple(b))
-            return await metered(p.run(sid, p.verify_kind(sid, b),
-                                       lambda n: self.verify_batch((judges[crit], h, b, send(n)), n())))
+            return await p.run(sid, p.verify_kind(sid, b),
+                               lambda n: self.verify_batch((judges[crit], h, b, send(n)), n()))
 
         weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, draft)
         strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, strong_step)

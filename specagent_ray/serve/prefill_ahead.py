@@ -35,7 +35,7 @@ from ..models.backend import Backend
 from ..models.llm import PromptTrail
 from ..models.prompts import Prompts
 from ..protocol.interfaces import CallRecord
-from ..protocol.types import History, Step, Usage
+from ..protocol.types import History, Step
 from .priority import ProgramPriority
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,6 @@ class PrefillAhead:
         self.backend, self.priority, self.send_priority = backend, priority, send_priority
         self.clock, self.trust_s, self.keep = clock, trust_s, keep
         self.kv_reach = KV_TRUST_SHARE * kv_tokens if kv_tokens else float("inf")
-        self.computed = 0  # new KV tokens computed on the verifier so far (uncached prompt + decoded)
         self._sent: OrderedDict[str, tuple[float, tuple[Step, ...], int]] = OrderedDict()
         self.tasks: set[asyncio.Task] = set()
         self._running: dict[str, asyncio.Task] = {}
@@ -72,9 +71,11 @@ class PrefillAhead:
         while len(self._sent) > self.keep:
             self._sent.popitem(last=False)
 
-    def used(self, usage: Usage) -> None:
-        """A verifier call of this coordinator's computed this usage's new KV."""
-        self.computed += max(0, usage.prompt_tokens - usage.cached_prompt_tokens) + usage.decode_tokens
+    @property
+    def computed(self) -> int:
+        """New KV computed on the verifier by this coordinator's calls so far, failed ones' included
+        (``ProgramPriority.strong_computed``: every verifier call, this prefill's too, goes through it)."""
+        return self.priority.strong_computed
 
     def covered(self, session_id: str, history: History) -> bool:
         """H's steps are a prefix of the last verifier prompt's (whenever that was)."""
@@ -132,7 +133,6 @@ class PrefillAhead:
             log.info("prefill ahead of session %s failed: %s", session.id, exc)
             return
         usage = done.usage
-        self.used(usage)
         if trail is not None:
             usage = replace(usage, predicted_cached_tokens=trail.predicted(messages, usage.prompt_tokens))
         session.ledger.record(CallRecord("strong", "prefill", usage, self.clock() - start))

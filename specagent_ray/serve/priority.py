@@ -80,6 +80,7 @@ class ProgramPriority:
         self.blocked: set[str] = set()  # sessions whose staged write is being verified or repaired
         self.waits: dict[Kind, deque[float]] = {k: deque(maxlen=samples) for k in KINDS}
         self.in_flight = {"strong": 0, "weak": 0}  # this coordinator's requests now at each engine role
+        self.strong_computed = 0  # new KV (uncached prompt + decoded tokens) of every strong-engine call so far
 
     def level(self, session_id: str) -> int:
         service = self._service.get(session_id, 0)
@@ -140,4 +141,6 @@ class ProgramPriority:
             self.observe(kind, self.clock() - start)
             usage = getattr(result, "usage", None)
             if kind != "draft" and usage is not None:
-                self.attained(session_id, usage.prompt_tokens - usage.cached_prompt_tokens + usage.decode_tokens)
+                new = max(0, usage.prompt_tokens - usage.cached_prompt_tokens) + usage.decode_tokens
+                self.strong_computed += new
+                self.attained(session_id, new)
