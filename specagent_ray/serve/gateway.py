@@ -48,7 +48,7 @@ from .api import (
 from .config import GatewayConfig
 from .errors import RESPONSES, ApiError, Forbidden, Overloaded, ServiceUnavailable, Unauthorized, documented, unwrap
 from .handles import NoReplica, taken
-from .limits import BodyLimit, TokenBucket, tenant_of
+from .limits import BodyLimit, TokenBucket
 from .records import SessionEvent
 from .responses import Terms
 from .responses_routes import error_response, mount_responses
@@ -98,12 +98,12 @@ def answers(status: int, *errors: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": SessionSummary, "links": LINKS}, **documented(*KEYED, *errors)}
 
 
-def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str] | frozenset[str]],
+def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str]],
              operators: Callable[[], frozenset[str]] | None = None, offer: Offer | None = None,
              terms: Terms | None = None, rates: Callable[[str], tuple[float | None, int | None]] | None = None
              ) -> FastAPI:
     """The FastAPI app over a coordinator reached through ``call``; ``keys()`` is read per request: each valid
-    key and the tenant it acts for (``tenants.key_owners``), or a set of keys, each its own tenant.
+    key and the tenant it acts for (``tenants.key_owners``).
     ``rates``: a named tenant's own request rate and burst (``TenantRules.rate``).
     Only ``operators()`` keys read ``/v1/stats`` (cluster-wide counts, shard nodes, and the ids of
     sessions the log could not restore, which may be any tenant's); ``None``: every key may. ``offer``:
@@ -116,12 +116,11 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
     _publish(app, cfg, offer)
 
     bucket = TokenBucket(cfg.rate_per_s, cfg.burst)
-    owners_of = _owners()
 
     def key_of(request: Request) -> tuple[str, str]:
         """The caller's key and tenant, once checked (401) and within the tenant's rate (429)."""
         given = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
-        owners = owners_of(keys())
+        owners = keys()
         matched = [k for k in owners if hmac.compare_digest(given.encode(), k.encode())]
         if not matched:
             raise Unauthorized()
@@ -320,21 +319,6 @@ def _publish(app: FastAPI, cfg: GatewayConfig, offer: Offer | None) -> None:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-
-def _owners() -> Callable[[Mapping[str, str] | frozenset[str]], Mapping[str, str]]:
-    """Keys as {key: tenant}; a plain set of keys is hashed once per distinct set, not per request."""
-    memo: dict[int, tuple[frozenset[str], dict[str, str]]] = {}
-
-    def owners(keys: Mapping[str, str] | frozenset[str]) -> Mapping[str, str]:
-        if isinstance(keys, Mapping):
-            return keys
-        seen = memo.get(id(keys))
-        if seen is None or seen[0] is not keys:
-            memo.clear()
-            seen = memo[id(keys)] = (keys, {k: tenant_of(k) for k in keys})
-        return seen[1]
-    return owners
 
 
 # The served gateway's replica state. Module-level (pickled by reference), so the routes built at

@@ -14,6 +14,7 @@ import pytest
 from specagent_ray.serve.config import GatewayConfig
 from specagent_ray.serve.gateway import make_api
 from specagent_ray.serve.handles import NoReplica, taken
+from specagent_ray.serve.limits import tenant_of
 from specagent_ray.testing.gateway_server import in_process_gateway
 from specagent_ray.testing.http import serve_in_thread
 
@@ -36,7 +37,7 @@ class Flaky:
 
 
 def serve(coordinator: Flaky, retry_s: float = 3.0):
-    api = make_api(coordinator, GatewayConfig(coordinator_retry_s=retry_s), lambda: frozenset({"k"}))
+    api = make_api(coordinator, GatewayConfig(coordinator_retry_s=retry_s), lambda: {"k": tenant_of("k")})
     return serve_in_thread(api)
 
 

@@ -41,7 +41,7 @@ def test_every_protocol_event_kind_is_a_record_and_unknown_fields_are_ignored():
 
 
 def test_the_event_streams_schema_documents_every_record_kind():
-    spec = make_api(None, GatewayConfig(), lambda: frozenset({"k"})).openapi()  # type: ignore[arg-type]
+    spec = make_api(None, GatewayConfig(), lambda: {"k": "key-k"}).openapi()  # type: ignore[arg-type]
     response = spec["paths"]["/v1/sessions/{sid}/events"]["get"]["responses"]["200"]
     event = response["content"]["text/event-stream"]["itemSchema"]
     assert event["properties"]["data"]["contentSchema"]["$ref"].endswith("/SessionEvent")
