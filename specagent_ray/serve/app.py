@@ -101,19 +101,23 @@ class CoordinatorDeployment:
         await self.coordinator.start()
 
     def _metrics(self) -> None:
+        """Protocol metrics on Ray's metrics port: the coordinator's events, sessions, batches and waits."""
         from ..telemetry.metrics import ProtocolMetrics, tenant_label
         from .reports import resource_report
 
         metrics = ProtocolMetrics()
-        self.coordinator.on_fallback = metrics.count_fallback
         cfg = self.coordinator.cfg
         named = frozenset(cfg.tenants)
+        method = lambda s: s.request.method or cfg.defaults.method  # noqa: E731
 
         def finished(s: Any) -> None:
-            metrics.observe_finished(s.request.method or cfg.defaults.method, s.ledger.calls)
+            metrics.observe_finished(method(s), s.ledger.calls, len(s.steps))
+            metrics.observe_cache(s.ledger.calls)
             gpu_s = resource_report(s.ledger, cfg.hardware)["gpu_seconds"] if s.ledger.calls else 0.0
             metrics.observe_tenant(tenant_label(s.owner, named), s.status, s.ledger.calls, gpu_s)
         self.coordinator.metrics.on_session = finished
+        self.coordinator.on_event = lambda s, event: metrics.observe_event(method(s), event.t, event.detail)
+        self.coordinator.engines.priority.on_wait = metrics.observe_wait
         for batcher in self.coordinator.engines.batchers().get("verify", []):  # verifier batches only
             batcher.on_batch = metrics.observe_batch
 

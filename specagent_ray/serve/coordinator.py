@@ -32,7 +32,7 @@ from .engine_client import EngineClient
 from .errors import Conflict, NotFound, ServiceUnavailable
 from .group_commit import GroupCommit
 from .lease import Lease
-from .records import Created, Deleted, Final, Record, TurnMeta
+from .records import Created, Deleted, Final, ProtocolEvent, Record, TurnMeta
 from .recovery import Recovery, resume
 from .reports import Metrics, shard_stats, shard_usage, trajectory_report
 from .runner import SessionRunner
@@ -68,7 +68,7 @@ class Coordinator:
         self.admission = Admission(c, self.engines.queued, self.sources.rules.max_sessions)  # per tenant
         self.metrics = Metrics()
         self.commits = GroupCommit(self.log, c.ack_timeout_s, clock)
-        self.on_fallback: Callable[[str], None] = lambda kind: None
+        self.on_event: Callable[[Session, ProtocolEvent], None] = lambda s, event: None  # Algorithm 1's events
         self.runner = SessionRunner(cfg, engines, tool_host, self.log, self.env, clock, lambda: len(self.admission))
 
     # -- life -----------------------------------------------------------------------------------------
@@ -100,8 +100,8 @@ class Coordinator:
     def _append(self, sid: str, record: Record, data: dict[str, Any]) -> None:
         self.commits.append(self.sessions[sid], data)
         self.metrics.count(record)
-        if record.t == "verifier_fallback":
-            self.on_fallback("verifier")
+        if isinstance(record, ProtocolEvent):
+            self.on_event(self.sessions[sid], record)
 
     # -- API --------------------------------------------------------------------------------------------
 

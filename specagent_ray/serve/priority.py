@@ -81,6 +81,7 @@ class ProgramPriority:
         self.waits: dict[Kind, deque[float]] = {k: deque(maxlen=samples) for k in KINDS}
         self.in_flight = {"strong": 0, "weak": 0}  # this coordinator's requests now at each engine role
         self.strong_computed = 0  # new KV (uncached prompt + decoded tokens) of every strong-engine call so far
+        self.on_wait: Callable[[Kind, float], None] = lambda kind, wait_s: None  # each wait, as observed
 
     def level(self, session_id: str) -> int:
         service = self._service.get(session_id, 0)
@@ -102,6 +103,7 @@ class ProgramPriority:
     def observe(self, kind: Kind, wait_s: float) -> None:
         """One request's time from being asked to being answered."""
         self.waits[kind].append(wait_s)
+        self.on_wait(kind, wait_s)
 
     # -- the kinds of a session's calls ------------------------------------------------------------
 

@@ -49,6 +49,22 @@ class ProtocolMetrics:
         self.fallbacks = metrics.Counter(
             "specagent_fallbacks_total", description="Verifier failures that fell back to a strong step.",
             tag_keys=("kind",))
+        self.reviewed_steps = metrics.Counter(
+            "specagent_reviewed_steps_total", description="Drafted steps the verifier reviewed, by verdict: the "
+            "accepted prefix (accepted) and the rest of the block (rejected).", tag_keys=("method", "verdict"))
+        self.strong_calls_total = metrics.Counter(
+            "specagent_strong_calls_total", description="Strong-model calls of finished sessions (prefills "
+            "ahead of a verify apart).", tag_keys=("method",))
+        self.events = metrics.Counter(
+            "specagent_protocol_events_total", description="Algorithm 1's events by kind: accepted, rejected, "
+            "repairs, malformed output, invalid actions, tool errors, verifier fallbacks.", tag_keys=("method", "kind"))
+        self.session_steps = metrics.Counter(
+            "specagent_session_steps_total", description="Committed agent steps of finished sessions: the strong "
+            "calls Strong-only would have made for them.", tag_keys=("method",))
+        self.engine_wait = metrics.Histogram(
+            "specagent_engine_wait_seconds", description="An engine request's time from asked to answered, by "
+            "kind (serve/priority.py); write: a staged write's verify or repair (measured).",
+            boundaries=LATENCY_BOUNDS, tag_keys=("kind",))
         tokens = lambda name, what: metrics.Counter(name, description=what, tag_keys=("role",))
         self.prompt_tokens = tokens("specagent_prompt_tokens_total", "Prompt tokens of model calls (measured).")
         self.cached_tokens = tokens("specagent_cached_prompt_tokens_total",
@@ -73,18 +89,23 @@ class ProtocolMetrics:
             "more, from prefixes shared across sessions).",
             boundaries=GAP_BOUNDS, tag_keys=("role",))
 
-    def observe_session(self, method: str, trajectory: Trajectory, calls: Iterable[CallRecord]) -> None:
-        tags = {"method": method}
+    def observe_session(self, method: str, trajectory: Trajectory, calls: Sequence[CallRecord]) -> None:
+        """A session run in-process: its events, then its end."""
         for event in trajectory.events:
-            if event.kind == "accepted":
-                self.accepted_prefix.observe(int(event.detail.split("/")[0]), tags=tags)
-        strong = 0
-        for call in calls:
-            if call.role == "strong" and call.purpose != "prefill":  # a prefill ahead decodes nothing
-                strong += 1
-                if call.purpose == "verify":
-                    self.verify_latency.observe(call.wall_s, tags=tags)
-        self.strong_calls.observe(strong, tags=tags)
+            self.observe_event(method, event.kind, event.detail)
+        self.observe_finished(method, calls, len(trajectory.steps))
+
+    def observe_event(self, method: str, kind: str, detail: str) -> None:
+        """One of Algorithm 1's events; an ``accepted`` one ("j/n") is a reviewed block's verdict."""
+        self.events.inc(1, tags={"method": method, "kind": kind})
+        if kind == "accepted":
+            j, n = (int(x) for x in detail.split("/"))
+            self.accepted_prefix.observe(j, tags={"method": method})
+            for verdict, count in (("accepted", j), ("rejected", n - j)):
+                if count > 0:
+                    self.reviewed_steps.inc(count, tags={"method": method, "verdict": verdict})
+        elif kind == "verifier_fallback":
+            self.count_fallback("verifier")
 
     def observe_cache(self, calls: Iterable[CallRecord]) -> None:
         """One finished session's calls: token counters and its shares, per role."""
@@ -104,15 +125,19 @@ class ProtocolMetrics:
                 self.session_share.observe(cached / prompt, tags=tags)
                 self.session_gap.observe(max(0.0, (predicted - cached) / prompt), tags=tags)
 
-    def observe_finished(self, method: str, calls: Sequence[CallRecord]) -> None:
-        """A served session's end: strong calls, verify latencies and its cache (no trajectory at hand)."""
+    def observe_finished(self, method: str, calls: Sequence[CallRecord], steps: int) -> None:
+        """A session's end: strong calls (a prefill ahead decodes nothing: not one), verify latencies and
+        its committed steps (its cache: ``observe_cache``)."""
         tags = {"method": method}
         strong = [c for c in calls if c.role == "strong" and c.purpose != "prefill"]
         for call in strong:
             if call.purpose == "verify":
                 self.verify_latency.observe(call.wall_s, tags=tags)
         self.strong_calls.observe(len(strong), tags=tags)
-        self.observe_cache(calls)
+        if strong:
+            self.strong_calls_total.inc(len(strong), tags=tags)
+        if steps > 0:
+            self.session_steps.inc(steps, tags=tags)
 
     def observe_tenant(self, tenant: str, status: str, calls: Sequence[CallRecord], gpu_seconds: float) -> None:
         """A finished session's usage under its tenant's label (``tenant_label``: bounded)."""
@@ -128,8 +153,21 @@ class ProtocolMetrics:
         if gpu_seconds > 0:
             self.tenant_gpu_seconds.inc(gpu_seconds, tags={"tenant": tenant})
 
+    def exported(self) -> set[str]:
+        """The names these metrics have on Prometheus: Ray's ``ray_`` prefix, a histogram's three series."""
+        from ray.util import metrics
+
+        names = set()
+        for m in vars(self).values():
+            suffixes = ("_bucket", "_sum", "_count") if isinstance(m, metrics.Histogram) else ("",)
+            names.update(f"ray_{m._name}{suffix}" for suffix in suffixes)
+        return names
+
     def observe_batch(self, size: int) -> None:
         self.batch_size.observe(size)
+
+    def observe_wait(self, kind: str, wait_s: float) -> None:
+        self.engine_wait.observe(wait_s, tags={"kind": kind})
 
     def count_fallback(self, kind: str) -> None:
         self.fallbacks.inc(1, tags={"kind": kind})

@@ -56,6 +56,7 @@ def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
     metrics.observe_session("specagent", trajectory, parts.ledger.calls)
     metrics.observe_batch(7)
     metrics.count_fallback("timeout")
+    metrics.observe_wait("write", 0.2)
     metrics.observe_cache([CallRecord("strong", "verify", Usage(1000, 600, 10, 900), 0.1),
                            CallRecord("strong", "prefill", Usage(1000, 0, 1, 0), 0.1)])
     metrics.observe_cache([CallRecord("weak", "draft", Usage(50, 0, 5, 0), 0.1)])  # zeros: Counter.inc(0) raises
@@ -93,6 +94,15 @@ def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
     assert "key-0123abcd" not in body
     assert value(body, "ray_specagent_session_cache_gap_bucket", role="strong", le="0.2") == 1.0
     assert value(body, "ray_specagent_prompt_tokens_total", role="weak") == 50.0
+    # the reviewed blocks: n = 2 (accepted whole), then n = 1 (rejected): 2 of 3 reviewed steps accepted
+    assert value(body, "ray_specagent_reviewed_steps_total", method="specagent", verdict="accepted") == 2.0
+    assert value(body, "ray_specagent_reviewed_steps_total", method="specagent", verdict="rejected") == 1.0
+    assert value(body, "ray_specagent_strong_calls_total", method="specagent") == 3.0
+    assert value(body, "ray_specagent_protocol_events_total", method="specagent", kind="accepted") == 2.0
+    assert value(body, "ray_specagent_protocol_events_total", method="specagent", kind="rejected") == 1.0
+    assert value(body, "ray_specagent_session_steps_total", method="specagent") == len(trajectory.steps)
+    assert value(body, "ray_specagent_engine_wait_seconds_bucket", kind="write", le="0.1") == 0.0
+    assert value(body, "ray_specagent_engine_wait_seconds_bucket", kind="write", le="0.25") == 1.0
 
 
 @ray.remote

@@ -240,13 +240,13 @@ async def test_a_failing_verifier_is_retried_then_falls_back_to_a_strong_step(tm
 
     cluster.verifier.verify_batch = down
     coord = cluster.coordinator
-    fallbacks = []
-    coord.on_fallback = fallbacks.append
+    events = []
+    coord.on_event = lambda s, event: events.append((s.id, event.t))
     await coord.start()
     sid = (await coord.create(sim("0", method="specagent")))["session_id"]
     await finish(coord, [sid])
     s = coord.sessions[sid]
-    assert s.status == "done" and fallbacks
+    assert s.status == "done" and (sid, "verifier_fallback") in events
     assert all(st.author == "strong" for st in s.steps if st.effect.value == "write" and st.action.kind.value == "tool")
 
 
