@@ -144,6 +144,30 @@ async def test_200_concurrent_sessions_complete_with_zero_errors(url):
     assert max((await tool_host_writes()).values()) == 1
 
 
+async def test_every_dashboard_panel_returns_a_series_on_a_real_prometheus(url):
+    """Debian's Prometheus scrapes Ray's metrics port while sessions run; each panel of the Grafana
+    dashboard (k8s/base/dashboards), as Grafana would send it, then answers at least one series."""
+    from specagent_ray.telemetry.dashboard import PANELS, concrete
+    from specagent_ray.testing.prometheus_server import PrometheusServer
+
+    with PrometheusServer([f"127.0.0.1:{METRICS_PORT}"]) as prom:
+        prom.wait_up()
+        await run_sessions(url, 20, task_offset=20)
+        async with GatewayClient(url, "wrong") as client:  # an HTTP error for the errors panel
+            with pytest.raises(GatewayError):
+                await client.stats()
+        answered: dict[str, int] = {}
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            answered = {p.title: sum(len(prom.query(concrete(expr))) for expr, _ in p.targets) for p in PANELS}
+            if all(answered.values()):
+                break
+            await asyncio.sleep(2)
+        assert all(answered.values()), {title: n for title, n in answered.items() if not n}
+        # a query that names a metric nobody exports answers nothing: the check above can fail
+        assert prom.query(concrete(PANELS[0].targets[0][0].replace("reviewed_steps", "reviewd_steps"))) == []
+
+
 async def test_a_drafter_replica_killed_mid_run_costs_a_redraft_not_a_session(url):
     sids, streams, trajectories = await run_sessions(url, 30, task_offset=7, during=lambda: kill_replica("SimDrafter"))
     check_nothing_lost(streams, trajectories)

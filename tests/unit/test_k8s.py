@@ -318,6 +318,14 @@ HEAD = ("spec", "rayClusterConfig", "headGroupSpec")
 WORKER = ("spec", "rayClusterConfig", "workerGroupSpecs", 0)
 JOB_HEAD = ("spec", "rayClusterSpec", "headGroupSpec")
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_grafana_dashboard_ships_in_a_configmap_the_sidecar_loads(rendered, overlay):
+    from specagent_ray.telemetry.dashboard import render as dashboard
+
+    cm = one(rendered[overlay], "ConfigMap", "specagent-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"  # kube-prometheus-stack's sidecar label
+    assert json.loads(cm["data"]["specagent-ray.json"]) == dashboard()  # the committed JSON is up to date
+
 
 @pytest.mark.parametrize("kind, name, path, value, error", [
     # built-in kinds, kubernetes_validate strict

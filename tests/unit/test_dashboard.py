@@ -1,0 +1,36 @@
+"""The Grafana dashboard's panels against the metrics the app exports (the real Prometheus answering
+every panel: tests/integration/test_serve_sim.py)."""
+
+from __future__ import annotations
+
+import json
+
+from specagent_ray.telemetry.dashboard import PANELS, Panel, concrete, metrics_named, render, unknown_metrics
+from specagent_ray.telemetry.metrics import ProtocolMetrics
+from specagent_ray.testing.k8s import K8S
+
+
+def test_every_panel_names_only_metrics_the_app_exports():
+    exported = ProtocolMetrics().exported()
+    assert "ray_specagent_accepted_prefix_bucket" in exported and "ray_specagent_fallbacks_total" in exported
+    assert unknown_metrics(exported) == {}
+    typo = Panel("typo", "", "short", (("sum(rate(ray_specagent_reviewd_steps_total[5m]))", ""),))
+    assert unknown_metrics(exported, (*PANELS, typo)) == {"typo": {"ray_specagent_reviewd_steps_total"}}
+
+
+def test_the_issue_s_panels_are_there_and_each_reads_a_metric():
+    titles = {p.title for p in PANELS}
+    assert {"Acceptance", "Accepted prefix length j", "Strong calls saved against Strong-only", "Verify batch size",
+            "Staged-write wait", "Sessions by status", "Errors and fallbacks"} <= titles
+    assert any("tenant" in p.title for p in PANELS)
+    assert all(p.targets and all(metrics_named(expr) for expr, _ in p.targets) for p in PANELS)
+
+
+def test_queries_become_plain_promql_and_the_committed_json_is_current():
+    for p in PANELS:
+        for expr, _ in p.targets:
+            assert "$" not in concrete(expr), expr
+    committed = json.loads((K8S / "base" / "dashboards" / "specagent-ray.json").read_text())
+    assert committed == render(), "run make -C k8s dashboard"
+    ids = [p["id"] for p in committed["panels"]]
+    assert len(set(ids)) == len(ids) == len(PANELS)
