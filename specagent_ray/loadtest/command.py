@@ -13,9 +13,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .processes import run_parts, split
+from .locust_load import LocustLoad
+from .locust_run import LocustFailed
 from .report import print_summary, load_summary, write_outputs
-from .runner import LoadAborted, LoadConfig, LoadRun
+from .runner import LoadAborted, LoadConfig
 from .workload import Workload, parse_mix
 
 EPILOG = """examples:
@@ -62,13 +63,15 @@ def add_parser(sub: Any) -> None:
     load.add_argument("--timeout-s", type=float, default=60.0, help="per HTTP request")
     load.add_argument("--seed", type=int, default=0, help="open-loop arrival times")
     load.add_argument("--client-processes", type=int, default=1,
-                      help="run the load client as this many processes (each takes every N-th session and "
-                           "a share of the concurrency and rate), so that the client is not the bottleneck")
+                      help="Locust's distributed mode: a master and this many worker processes (each takes "
+                           "every N-th session, a share of the users and of the open-loop rate), so that the "
+                           "client is not the bottleneck")
     work = lt.add_argument_group("workload")
     work.add_argument("--tasks", default="airline:0-19,retail:0-19",
                       help="task mix, SOURCE:ID or SOURCE:FIRST-LAST, comma-separated (tool sources of the server)")
-    work.add_argument("--user", choices=("simulated", "tau2"), default="simulated",
-                      help="simulated: the scripted tau2 customer (sim engines); tau2: tau2's LLM user (model engines)")
+    work.add_argument("--user", choices=("simulated", "tau2", "client"), default="simulated",
+                      help="simulated: the scripted tau2 customer (sim engines); tau2: tau2's LLM user (model "
+                           "engines); client: the load client posts the user's messages")
     work.add_argument("--method", default="specagent", help="method of the load sessions")
     work.add_argument("--k", type=int, default=None, help="most steps drafted per block (server default if unset)")
     work.add_argument("--max-steps", type=int, default=None, help="committed-step guard per session")
@@ -76,6 +79,10 @@ def add_parser(sub: Any) -> None:
                       help="afterwards, this many Strong-only sessions on the same (task, trial)s, for the "
                            "strong-token savings (0: skip)")
     work.add_argument("--baseline-method", default="strong", help="the baseline's method")
+    work.add_argument("--cancel-every", type=int, default=0,
+                      help="cancel every N-th session after its first commit (0: none)")
+    work.add_argument("--client-user-turns", type=int, default=2,
+                      help="--user client: the load client answers this many agent messages (the last ends it)")
     work.add_argument("--turns", type=int, default=3, help="--api responses: turns per conversation")
     lt.add_argument("--out", type=Path, default=Path("results/loadtest"), help="folder for JSON, CSV and PNG")
 
@@ -92,7 +99,8 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
 
 def config_from(args: argparse.Namespace, url: str, api_key: str) -> LoadConfig:
-    workload = Workload(parse_mix(args.tasks), user=args.user, method=args.method, k=args.k, max_steps=args.max_steps)
+    workload = Workload(parse_mix(args.tasks), user=args.user, method=args.method, k=args.k, max_steps=args.max_steps,
+                        client_user_turns=args.client_user_turns, cancel_every=args.cancel_every)
     ramp = args.ramp_s if args.ramp_s is not None else min(10.0, args.duration_s / 10)
     levels = tuple(args.concurrency)
     return LoadConfig(url=url, api_key=api_key, workload=workload, mode=args.mode, concurrency=levels[-1],
@@ -104,7 +112,7 @@ def config_from(args: argparse.Namespace, url: str, api_key: str) -> LoadConfig:
 
 
 def run_loadtest(args: argparse.Namespace, console: Console) -> int:
-    split(config_from(args, "http://127.0.0.1", "-"), args.client_processes)  # bad arguments fail before
+    LocustLoad(config_from(args, "http://127.0.0.1", "-"), args.client_processes)  # bad arguments fail before
     run = _run_apis if args.api == "responses" else _run
     args.profile = args.profile or ("scripted" if args.api == "responses" else "sim")
     if args.url:
@@ -157,12 +165,10 @@ def _run(cfg: LoadConfig, out: Path, console: Console, processes: int = 1, args:
 
         def tick(snap: dict[str, Any]) -> None:
             progress.update(bar, completed=min(snap["t"], bound),
-                            description=f"in flight {snap['in_flight']:>5}  done {snap['done']:>6}  "
-                                        f"steps {snap['steps']:>7}  errors {snap['errors']}")
+                            description=f"locust: sessions ended {snap['ended']:>6}  errors {snap['errors']}")
         try:
-            result = (run_parts(cfg, processes, tick) if processes > 1 else
-                      asyncio.run(LoadRun(cfg, on_tick=tick).run()))
-        except LoadAborted as exc:
+            result = LocustLoad(cfg, processes, tick).run()
+        except (LoadAborted, LocustFailed) as exc:
             console.print(f"[red]load test not started:[/red] {escape(str(exc))}", soft_wrap=True)
             return 2
     summary = load_summary(result)

@@ -26,11 +26,7 @@ def load_summary(result: LoadResult) -> dict[str, Any]:
     wall = max(result.wall_s, 1e-9)
     done = [r for r in load if r.outcome == "done"]
     steps = sum(r.steps for r in load)
-    errors = Counter(r.error_kind for r in load if r.error_kind)
-    examples: dict[str, str] = {}
-    for r in load:
-        if r.error_kind and r.error_kind not in examples:
-            examples[r.error_kind] = r.error or ""
+    errors, examples = errors_by_kind(result)
     engines = (result.stats_before or {}).get("engines", "unknown")
     return {
         "measured": True,
@@ -50,8 +46,7 @@ def load_summary(result: LoadResult) -> dict[str, Any]:
         "steps_per_s": round(steps / wall, 2),
         "client_cpu_ms_per_step": (round(1000 * result.client_cpu_s / steps, 3)
                                    if result.client_cpu_s is not None and steps else None),
-        "step_latency_s": percentiles([x for r in load for x in r.step_latencies], QS),
-        "session_latency_s": percentiles([r.end_s - r.start_s for r in done if r.end_s is not None], QS),
+        **latencies(result),
         "errors_by_kind": dict(errors.most_common()),
         "error_examples": examples,
         "verify_batch_sizes": verify_batches(result.stats_before, result.stats_after),
@@ -59,6 +54,37 @@ def load_summary(result: LoadResult) -> dict[str, Any]:
         "stages": stages(result),
         "timeline": timeline(result),
     }
+
+
+def latencies(result: LoadResult) -> dict[str, Any]:
+    """Step and session latency percentiles: from Locust's statistics (its STEP and SESSION entries) when
+    Locust ran the load, else from the session records."""
+    stats = result.locust
+    if stats is not None:
+        return {"step_latency_s": percentiles(stats.times_s("STEP"), QS),
+                "session_latency_s": percentiles(stats.times_s("SESSION"), QS), "latency_source": "locust"}
+    load = result.load()
+    return {"step_latency_s": percentiles([x for r in load for x in r.step_latencies], QS),
+            "session_latency_s": percentiles([r.end_s - r.start_s for r in load if r.outcome == "done"
+                                              and r.end_s is not None], QS), "latency_source": "records"}
+
+
+def errors_by_kind(result: LoadResult) -> tuple[Counter[str], dict[str, str]]:
+    """Failed sessions by error kind, with the first message of each: Locust's SESSION failures when
+    Locust ran the load, else the session records."""
+    errors: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    if result.locust is not None:
+        for f in result.locust.failures:
+            if f["type"] == "SESSION":
+                errors[f["kind"]] += f["occurrences"]
+                examples.setdefault(f["kind"], f["message"])
+        return errors, examples
+    for r in result.load():
+        if r.error_kind:
+            errors[r.error_kind] += 1
+            examples.setdefault(r.error_kind, r.error or "")
+    return errors, examples
 
 
 def verify_batches(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:

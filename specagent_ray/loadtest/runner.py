@@ -24,24 +24,10 @@ from typing import Any, Callable, Literal
 import httpx
 
 from ..serve.client import GatewayClient, GatewayError
+from .records import BURST_S, SessionRecord, step_latencies
 from .workload import Workload
 
 Mode = Literal["closed", "open"]
-# Commits that reach the client within this long of each other arrived together (one group commit of
-# the session log publishes them at once): one delivery, whose latency its steps share.
-BURST_S = 0.005
-
-
-def step_latencies(start_s: float, deliveries: list[tuple[float, int]]) -> list[float]:
-    """Per committed step: the time since the session's previous delivery (or its start), divided by
-    the steps of this delivery."""
-    out, last = [], start_s
-    for t, n in deliveries:
-        out.extend([(t - last) / n] * n)
-        last = t
-    return out
-
-
 class LoadAborted(Exception):
     """The run could not start (unreachable URL, wrong API key, not a gateway)."""
 
@@ -86,38 +72,6 @@ class LoadConfig:
 
 
 @dataclass
-class SessionRecord:
-    """One session as the client saw it. Times are seconds since the run started."""
-
-    index: int
-    phase: str  # load | baseline
-    method: str
-    tool_source: str
-    task_id: str
-    trial: int
-    start_s: float
-    end_s: float | None = None
-    session_id: str | None = None
-    outcome: str = "running"  # done | failed | cancelled (server side) | error | unfinished | aborted
-    error_kind: str | None = None
-    error: str | None = None
-    throttled: int = 0  # 429s and 503s waited out while creating
-    commits: list[tuple[float, int]] = field(default_factory=list)  # deliveries: (time, steps committed)
-    step_latencies: list[float] = field(default_factory=list)  # per committed step, s
-    strong_calls: int = 0
-    strong_prompt: int = 0
-    strong_decode: int = 0
-    weak_decode: int = 0
-
-    def count_throttled(self) -> None:
-        self.throttled += 1
-
-    @property
-    def steps(self) -> int:
-        return sum(n for _, n in self.commits)
-
-
-@dataclass
 class LoadResult:
     config: LoadConfig
     records: list[SessionRecord]
@@ -130,6 +84,7 @@ class LoadResult:
     levels: list[tuple[float, float, int]] = field(default_factory=list)  # closed loop: (from s, to s, level)
     started_at: float = 0.0  # wall clock (time.time()) at the run's time 0
     client_cpu_s: float | None = None  # the load client's own CPU time (all its processes)
+    locust: Any = None  # Locust's statistics of the load phase (locust_run.LocustStats)
 
     def load(self) -> list[SessionRecord]:
         return [r for r in self.records if r.phase == "load"]
@@ -307,7 +262,7 @@ class LoadRun:
         try:
             # 429s are waited out as Retry-After says, while the run still starts sessions
             created = await client.create_when_admitted(body, lambda: not self._stop_starting.is_set(),
-                                                        on_throttled=rec.count_throttled)
+                                                        on_throttled=lambda: setattr(rec, "throttled", rec.throttled + 1))
             rec.session_id = created["session_id"]
             async for event in client.events(rec.session_id):
                 if event["t"] == "commit":

@@ -18,6 +18,13 @@ class Workload:
     method: str = "specagent"
     k: int | None = None
     max_steps: int | None = None
+    client_user_turns: int = 2  # user "client": the load client answers this many agent messages, the last with stop
+    cancel_every: int = 0  # cancel every n-th session (0: none) after its first commit
+
+    def options(self) -> dict[str, Any]:
+        """What the Locust user class needs besides the task mix (``locustfile.py``, ``--sa-workload``)."""
+        return {"user": self.user, "method": self.method, "k": self.k, "max_steps": self.max_steps,
+                "client_user_turns": self.client_user_turns, "cancel_every": self.cancel_every}
 
     def body(self, i: int, method: str | None = None) -> dict[str, Any]:
         source, task_id = self.mix[i % len(self.mix)]

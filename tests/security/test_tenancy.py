@@ -131,7 +131,8 @@ def test_a_burst_of_200_creates_over_http_admits_exactly_max_sessions(tmp_path):
 
 
 def test_only_operator_keys_read_the_cluster_wide_stats_and_a_tenants_load_test_still_runs(tmp_path):
-    from specagent_ray.loadtest.runner import LoadConfig, LoadRun
+    from specagent_ray.loadtest.locust_load import LocustLoad
+    from specagent_ray.loadtest.runner import LoadConfig
     from specagent_ray.loadtest.workload import Workload, parse_mix
 
     with in_process_gateway(tmp_path / "log", keys=("key-a", "key-b", "ops"), operators=("ops",)) as url:
@@ -143,7 +144,7 @@ def test_only_operator_keys_read_the_cluster_wide_stats_and_a_tenants_load_test_
             assert http.get("/v1/stats", headers={"X-API-Key": "nobody"}).status_code == 401
         cfg = LoadConfig(url, "key-a", Workload(parse_mix("airline:0-1")), concurrency=2, sessions=2, duration_s=60,
                          drain_s=30, baseline_sessions=0)
-        result = asyncio.run(LoadRun(cfg).run())
+        result = LocustLoad(cfg).run()
     assert [r.outcome for r in result.load()] == ["done", "done"] and result.stats_after is None
 
 

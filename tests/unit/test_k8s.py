@@ -46,7 +46,7 @@ K8S_VERSION = "1.32.0"  # the oldest Kubernetes these manifests target (kubectl 
 CRDS = {("ray.io/v1", "RayService"): "rayservice", ("ray.io/v1", "RayJob"): "rayjob",
         ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor"}
 LOADTEST_FLAGS = {"--url", "--api-key-env", "--mode", "--sessions", "--concurrency", "--rate", "--duration-s",
-                  "--tasks", "--out"}
+                  "--tasks", "--client-processes", "--out"}
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +270,7 @@ def check_loadtest(cmd: list[str]) -> None:
     assert set(flags) <= LOADTEST_FLAGS, set(flags) - LOADTEST_FLAGS
     assert {"--url", "--api-key-env", "--mode", "--tasks", "--out"} <= set(flags)
     assert flags["--mode"] in ("closed", "open") and flags["--api-key-env"] == "SPECAGENT_API_KEY"
-    for numeric in ("--sessions", "--concurrency", "--rate", "--duration-s"):
+    for numeric in ("--sessions", "--concurrency", "--rate", "--duration-s", "--client-processes"):
         assert float(flags[numeric]) > 0, numeric
     assert re.fullmatch(r"(airline|retail):\d+-\d+(,(airline|retail):\d+-\d+)*", flags["--tasks"])
     from specagent_ray.cli import build_parser

@@ -1,5 +1,7 @@
-"""The load generator against the real gateway and coordinator in one process (simulated engines,
-no Ray): both loop modes, the reports, the bounds, and bad inputs."""
+"""The load generator on Locust against the real gateway and coordinator in one process (simulated
+engines, no Ray): both loop modes, Locust's distributed mode, the client's part of a session, the
+reports, the bounds, and bad inputs. Every run but the preflight starts Locust (a few seconds each):
+those tests are in the slow tier."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ import time
 import pytest
 
 from specagent_ray.cli import main
+from specagent_ray.loadtest.locust_load import LocustLoad
 from specagent_ray.loadtest.report import load_summary, write_outputs
-from specagent_ray.loadtest.runner import LoadAborted, LoadConfig, LoadRun
+from specagent_ray.loadtest.runner import LoadAborted, LoadConfig
 from specagent_ray.loadtest.workload import Workload, parse_mix
 from specagent_ray.serve.client import GatewayClient
 from specagent_ray.serve.config import LatencyModel
@@ -20,10 +23,11 @@ from specagent_ray.testing.gateway_server import in_process_gateway
 from specagent_ray.ports import free_port
 
 MIX = parse_mix("airline:0-5,retail:0-3")
+slow = pytest.mark.slow
 
 
-def run(cfg: LoadConfig):
-    return asyncio.run(LoadRun(cfg).run())
+def run(cfg: LoadConfig, processes: int = 1):
+    return LocustLoad(cfg, processes).run()
 
 
 def test_task_mix_parses_ranges_and_refuses_bad_entries():
@@ -36,8 +40,13 @@ def test_task_mix_parses_ranges_and_refuses_bad_entries():
         LoadConfig("http://x", "k", Workload(MIX), concurrency=0)
     with pytest.raises(ValueError, match="rate > 0"):
         LoadConfig("http://x", "k", Workload(MIX), mode="open", rate=0)
+    with pytest.raises(ValueError, match="at least 4"):
+        LocustLoad(LoadConfig("http://x", "k", Workload(MIX), stages=(3, 8)), 4)
+    with pytest.raises(ValueError, match="ascending"):
+        LoadConfig("http://x", "k", Workload(MIX), stages=(6, 2))
 
 
+@slow
 def test_closed_loop_runs_every_session_and_reports_latency_batches_and_savings(tmp_path):
     # A window wide enough that sessions share a verifier batch also on a busy machine.
     with in_process_gateway(tmp_path / "log", batch_window_ms=20) as url:
@@ -46,11 +55,14 @@ def test_closed_loop_runs_every_session_and_reports_latency_batches_and_savings(
         result = run(cfg)
     s = load_summary(result)
     assert s["sessions"] == {"started": 14, "done": 14, "errors": 0, "unfinished": 0, "shed": 0, "throttled_429s": 0}
-    assert s["stopped_because"] in ("14 sessions started", "all sessions started and finished")
+    assert s["stopped_because"] == "all sessions started and finished"
     assert s["engines"] == "sim" and s["simulated_engines"]
     assert s["committed_steps"] == sum(r.steps for r in result.load()) > 14
+    # the latencies are Locust's statistics: one STEP entry per committed step, one SESSION per session
+    assert s["latency_source"] == "locust"
     assert s["step_latency_s"]["n"] == s["committed_steps"] and s["step_latency_s"]["p99"] > 0
     assert s["session_latency_s"]["n"] == 14
+    assert result.locust.count("POST", "POST /v1/sessions") == 14  # the load phase's (the baseline runs apart)
     vb = s["verify_batch_sizes"]
     assert vb["batches"] > 0 and max(vb["sizes"]) > 1  # sessions shared verifier batches
     st = s["strong_tokens"]
@@ -62,26 +74,42 @@ def test_closed_loop_runs_every_session_and_reports_latency_batches_and_savings(
         rows = list(csv.DictReader(f))
     assert len(rows) == 18 and {r["phase"] for r in rows} == {"load", "baseline"}
     assert paths[2].name == "latency.png" and paths[2].stat().st_size > 10_000
+    assert all(0 <= r.start_s <= r.end_s <= result.wall_s for r in result.load())
 
 
+@slow
+def test_distributed_mode_sends_each_session_once_and_reports_as_one_run(tmp_path):
+    with in_process_gateway(tmp_path / "log") as url:
+        cfg = LoadConfig(url, "dev-key", Workload(MIX), concurrency=4, sessions=10, duration_s=120, drain_s=60,
+                         baseline_sessions=2)
+        result = run(cfg, processes=2)
+    s = load_summary(result)
+    assert sorted(r.index for r in result.load()) == list(range(10))  # every session once, none twice
+    assert s["sessions"]["done"] == 10 and s["sessions"]["errors"] == 0 and len(result.baseline()) == 2
+    assert s["step_latency_s"]["n"] == s["committed_steps"] == sum(r.steps for r in result.load())
+    assert s["client_cpu_ms_per_step"] > 0
+    assert result.timeline and result.timeline[-1]["started"] == 10
+
+
+@slow
 def test_open_loop_sheds_arrivals_above_its_cap_and_stops_at_its_duration(tmp_path):
     with in_process_gateway(tmp_path / "log") as url:
         cfg = LoadConfig(url, "dev-key", Workload(MIX), mode="open", rate=40, concurrency=2, sessions=1000,
-                         duration_s=2, drain_s=30, baseline_sessions=0)
+                         duration_s=3, drain_s=30, baseline_sessions=0)
         result = run(cfg)
     s = load_summary(result)
-    assert s["stopped_because"] == "duration 2 s reached"
+    assert s["stopped_because"] == "duration 3 s reached"
     assert s["sessions"]["shed"] > 0 and s["sessions"]["errors"] == 0
     assert 0 < s["sessions"]["started"] < 1000
-    starts = [r.start_s for r in result.load()]
-    assert max(starts) <= 2.5  # nothing started after the duration
+    assert max(r.start_s for r in result.load()) <= 3 + 1.5  # nothing started after the duration (1 s ticks)
 
 
+@slow
 def test_sessions_still_running_at_the_bound_are_cancelled_on_the_server(tmp_path):
-    slow = LatencyModel(draft_base_s=0.05, draft_per_request_s=0, verify_base_s=1.0, verify_per_request_s=0,
-                        step_base_s=0.05)
-    with in_process_gateway(tmp_path / "log", latency=slow) as url:
-        cfg = LoadConfig(url, "dev-key", Workload(MIX), concurrency=3, duration_s=0.5, drain_s=0.5,
+    slow_engines = LatencyModel(draft_base_s=0.05, draft_per_request_s=0, verify_base_s=5.0, verify_per_request_s=0,
+                                step_base_s=0.05)
+    with in_process_gateway(tmp_path / "log", latency=slow_engines) as url:
+        cfg = LoadConfig(url, "dev-key", Workload(MIX), concurrency=3, duration_s=1, drain_s=0.5,
                          baseline_sessions=0)
         begun = time.monotonic()
         result = run(cfg)
@@ -93,7 +121,7 @@ def test_sessions_still_running_at_the_bound_are_cancelled_on_the_server(tmp_pat
         server_side = asyncio.run(statuses())
     s = load_summary(result)
     assert s["sessions"]["unfinished"] == 3 and s["sessions"]["errors"] == 0
-    assert took < 0.5 + 0.5 + 20  # duration + drain, plus the cancel calls' own bound
+    assert took < 1 + 0.5 + 30  # duration + drain, plus Locust's start and the cancel calls
     assert server_side and set(server_side) == {"cancelled"}
 
 
@@ -115,6 +143,7 @@ def test_unreachable_url_and_wrong_key_stop_before_the_run_with_one_line(tmp_pat
     assert "set the API key in $LT_KEY" in capsys.readouterr().out
 
 
+@slow
 def test_a_server_that_starts_failing_mid_run_gives_an_error_summary_and_stops_early(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("LT_KEY", "dev-key")
     with in_process_gateway(tmp_path / "log", fail_after=40) as url:
@@ -126,29 +155,43 @@ def test_a_server_that_starts_failing_mid_run_gives_an_error_summary_and_stops_e
     assert code == 1
     assert took < 40  # stopped early, well before --duration-s
     summary = json.loads((tmp_path / "o" / "loadtest.json").read_text())
-    assert summary["stopped_because"].startswith("stopped early: 5 errors")
-    assert summary["errors_by_kind"].get("http_500", 0) >= 1 and summary["sessions"]["done"] >= 1
+    assert summary["stopped_because"].startswith("stopped early: ")
+    assert summary["errors_by_kind"].get("http_500", 0) >= 5 and summary["sessions"]["done"] >= 1
     assert "errors by kind" in out and "http_500" in out and "injected failure" in out
     assert "Traceback" not in out
 
 
+@slow
+def test_a_locust_that_cannot_start_says_why_instead_of_reporting_an_empty_run(tmp_path, monkeypatch, capsys):
+    from specagent_ray.loadtest import locust_load
+
+    real = locust_load.locust_command
+    monkeypatch.setattr(locust_load, "locust_command", lambda *a: [*real(*a), "--no-such-flag"])
+    monkeypatch.setenv("LT_KEY", "dev-key")
+    with in_process_gateway(tmp_path / "log") as url:
+        assert main(["loadtest", "--url", url, "--api-key-env", "LT_KEY", "--out", str(tmp_path / "o")]) == 2
+    out = capsys.readouterr().out
+    assert "locust exited 2 without running" in out and "--no-such-flag" in out and "Traceback" not in out
+
+
 def test_commits_delivered_together_share_their_latency():
-    from specagent_ray.loadtest.runner import step_latencies
+    from specagent_ray.loadtest.records import SessionRecord, step_latencies
 
     # start at 1.0; a delivery of 2 steps at 3.0, then one step at 3.5
     assert step_latencies(1.0, [(3.0, 2), (3.5, 1)]) == [1.0, 1.0, 0.5]
     assert step_latencies(0.0, []) == []
+    rec = SessionRecord(0, "load", "specagent", "airline", "0", 0, 100.0)
+    for t, n in ((101.0, 1), (101.002, 2), (102.0, 1)):  # the second arrived with the first: one delivery
+        rec.delivered(t, n)
+    assert rec.commits == [(101.0, 3), (102.0, 1)]
+    assert SessionRecord.from_json(json.loads(json.dumps(rec.to_json()))).shifted(100.0).step_latencies == [
+        pytest.approx(1 / 3)] * 3 + [pytest.approx(1.0)]
 
 
-def test_stages_add_workers_level_by_level_and_are_reported_per_level(tmp_path):
-    cfg = LoadConfig("http://x", "k", Workload(MIX), stages=(2, 6), duration_s=10, ramp_s=1)
-    run_ = LoadRun(cfg)
-    assert cfg.concurrency == 6 and run_.levels() == [(0.0, 5.0, 2), (5.0, 10.0, 6)]
-    assert [run_._start_delay(w) for w in (0, 1, 2, 5)] == [0.0, 0.5, 5.0, 5.75]
-    with pytest.raises(ValueError, match="ascending"):
-        LoadConfig("http://x", "k", Workload(MIX), stages=(6, 2))
+@slow
+def test_stages_add_users_level_by_level_and_are_reported_per_level(tmp_path):
     with in_process_gateway(tmp_path / "log") as url:
-        result = run(LoadConfig(url, "dev-key", Workload(MIX), stages=(1, 4), duration_s=4, drain_s=30,
+        result = run(LoadConfig(url, "dev-key", Workload(MIX), stages=(1, 4), duration_s=6, drain_s=30,
                                 baseline_sessions=0))
     stages = load_summary(result)["stages"]
     assert [st["concurrency"] for st in stages] == [1, 4]
@@ -156,6 +199,7 @@ def test_stages_add_workers_level_by_level_and_are_reported_per_level(tmp_path):
     assert all(st["steps"] > 0 for st in stages)
 
 
+@slow
 def test_429s_are_waited_out_and_counted(tmp_path):
     with in_process_gateway(tmp_path / "log", max_sessions=1, retry_after_s=1) as url:
         result = run(LoadConfig(url, "dev-key", Workload(MIX), concurrency=3, sessions=4, duration_s=120,
@@ -165,31 +209,20 @@ def test_429s_are_waited_out_and_counted(tmp_path):
     assert s["sessions"]["throttled_429s"] > 0  # the server admitted one session at a time
 
 
-def test_a_run_split_over_client_processes_sends_each_session_once_and_reports_as_one(tmp_path):
-    from specagent_ray.loadtest.processes import merged_timeline, run_parts, split
-
-    cfg = LoadConfig("http://x", "k", Workload(MIX), stages=(3, 8), sessions=11, rate=6.0, max_errors=5,
-                     baseline_sessions=2, duration_s=4)
-    parts = split(cfg, 3)
-    assert [p.stages for p in parts] == [(1, 3), (1, 3), (1, 2)] and sum(p.sessions for p in parts) == 11
-    assert [p.baseline_sessions for p in parts] == [2, 0, 0] and sum(p.rate for p in parts) == pytest.approx(6.0)
-    with pytest.raises(ValueError, match="at least 4"):
-        split(cfg, 4)
+@slow
+def test_the_client_plays_the_user_and_cancels_every_third_session(tmp_path):
     with in_process_gateway(tmp_path / "log") as url:
-        cfg = LoadConfig(url, "dev-key", Workload(MIX), concurrency=4, sessions=10, duration_s=120, drain_s=60,
-                         baseline_sessions=2)
-        ticks = []
-        result = run_parts(cfg, 2, ticks.append)
-    s = load_summary(result)
-    assert sorted(r.index for r in result.load()) == list(range(10))  # every session once, none twice
-    assert s["sessions"]["done"] == 10 and s["sessions"]["errors"] == 0 and len(result.baseline()) == 2
-    assert s["committed_steps"] == sum(r.steps for r in result.load()) and s["client_cpu_ms_per_step"] > 0
-    assert ticks and result.timeline and result.timeline[-1]["started"] <= 10
-    a = [{"t": 0.0, "started": 2, "done": 0}, {"t": 1.0, "started": 3, "done": 1}, {"t": 2.01, "started": 4, "done": 3}]
-    b = [{"t": 0.4, "started": 2, "done": 0}, {"t": 1.4, "started": 2, "done": 2}]  # a part that began 0.4 s later
-    merged = merged_timeline([a, b])  # each second: every part's latest counts, added up
-    assert [(m["t"], m["started"], m["done"]) for m in merged] == [(0.0, 4, 0), (1.0, 5, 3), (2.0, 6, 5)]
-    assert all(0 <= r.start_s <= r.end_s <= result.wall_s for r in result.load())
+        cfg = LoadConfig(url, "dev-key", Workload(MIX, user="client", client_user_turns=2, cancel_every=3),
+                         concurrency=3, sessions=6, duration_s=120, drain_s=60, baseline_sessions=0)
+        result = run(cfg)
+    by_index = {r.index: r for r in result.load()}
+    assert sorted(by_index) == list(range(6))
+    cancelled = {i for i, r in by_index.items() if r.cancelled_by_client}
+    assert cancelled == {2, 5} and all(by_index[i].outcome == "cancelled" for i in cancelled)
+    answered = [r for i, r in by_index.items() if i not in cancelled]
+    assert all(r.outcome == "done" and r.error_kind is None for r in answered)
+    assert all(1 <= r.user_messages <= 2 for r in answered)  # the load client posted the user's messages
+    assert load_summary(result)["sessions"]["errors"] == 0
 
 
 SCRIPTED = {"engines": {"kind": "scripted"}, "tool_sources": {"app": {"kind": "client"}}}
