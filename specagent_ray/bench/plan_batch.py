@@ -19,7 +19,6 @@ batch like GPUs (``latency.model: roofline``).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import tempfile
 import threading
@@ -78,7 +77,8 @@ def _snapshot(url: str) -> dict[str, Any]:
 
 def measure(url: str, level: int, args: argparse.Namespace, inputs: PlanInputs) -> BatchRow:
     """One closed-loop load test at ``level`` sessions; the window is its second half of session starts."""
-    from ..loadtest.runner import LoadConfig, LoadRun
+    from ..loadtest.locust_load import LocustLoad
+    from ..loadtest.run import LoadConfig
     from ..loadtest.workload import Workload, parse_mix
 
     cfg = LoadConfig(url=url, api_key="dev-key", workload=Workload(parse_mix(args.tasks), max_steps=100),
@@ -93,7 +93,7 @@ def measure(url: str, level: int, args: argparse.Namespace, inputs: PlanInputs) 
         shots.append(_snapshot(url))
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    asyncio.run(LoadRun(cfg).run())
+    LocustLoad(cfg).run()
     sampler.join()
     a, b = shots
     dt = b["at"] - a["at"]

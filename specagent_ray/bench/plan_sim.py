@@ -123,14 +123,15 @@ def _check_hardware(trajs: list[dict[str, Any]], inputs: PlanInputs) -> None:
 def measure(url: str, level: int, args: argparse.Namespace, inputs: PlanInputs, baseline: int) -> CheckRow:
     """One closed-loop load test at ``level`` concurrent sessions, and its row."""
     from ..loadtest.report import load_summary
-    from ..loadtest.runner import LoadConfig, LoadRun
+    from ..loadtest.locust_load import LocustLoad
+    from ..loadtest.run import LoadConfig
     from ..loadtest.workload import Workload, parse_mix
 
     workload = Workload(parse_mix(args.tasks), max_steps=100)  # the bench's step guard (the server's is 30)
     cfg = LoadConfig(url=url, api_key="dev-key", workload=workload, concurrency=level,
                      sessions=100_000, duration_s=args.duration_s, drain_s=120.0,
                      ramp_s=min(5.0, args.duration_s / 10), baseline_sessions=baseline)
-    result = asyncio.run(LoadRun(cfg).run())
+    result = LocustLoad(cfg).run()
     summary = load_summary(result)
     done = [r.session_id for r in result.load() if r.outcome == "done" and r.session_id]
     base = [r.session_id for r in result.baseline() if r.outcome == "done" and r.session_id]

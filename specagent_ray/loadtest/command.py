@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from .locust_load import LocustLoad
 from .locust_run import LocustFailed
 from .report import print_summary, load_summary, write_outputs
-from .runner import LoadAborted, LoadConfig
+from .run import LoadAborted, LoadConfig
 from .workload import Workload, parse_mix
 
 EPILOG = """examples:

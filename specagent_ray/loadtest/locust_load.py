@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from .locust_run import cancel_unfinished, locust_command, read_records, read_stats, run_locust, stopped_because
-from .runner import LoadAborted, LoadConfig, LoadResult
+from .run import LoadAborted, LoadConfig, LoadResult
 
 
 class LocustLoad:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..serve.reports import percentiles
-from .runner import LoadResult, SessionRecord
+from .run import LoadResult, SessionRecord
 
 QS = (50, 95, 99)
 BUCKET_S = 5.0

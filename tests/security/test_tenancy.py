@@ -132,7 +132,7 @@ def test_a_burst_of_200_creates_over_http_admits_exactly_max_sessions(tmp_path):
 
 def test_only_operator_keys_read_the_cluster_wide_stats_and_a_tenants_load_test_still_runs(tmp_path):
     from specagent_ray.loadtest.locust_load import LocustLoad
-    from specagent_ray.loadtest.runner import LoadConfig
+    from specagent_ray.loadtest.run import LoadConfig
     from specagent_ray.loadtest.workload import Workload, parse_mix
 
     with in_process_gateway(tmp_path / "log", keys=("key-a", "key-b", "ops"), operators=("ops",)) as url:

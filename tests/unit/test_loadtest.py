@@ -15,7 +15,7 @@ import pytest
 from specagent_ray.cli import main
 from specagent_ray.loadtest.locust_load import LocustLoad
 from specagent_ray.loadtest.report import load_summary, write_outputs
-from specagent_ray.loadtest.runner import LoadAborted, LoadConfig
+from specagent_ray.loadtest.run import LoadAborted, LoadConfig
 from specagent_ray.loadtest.workload import Workload, parse_mix
 from specagent_ray.serve.client import GatewayClient
 from specagent_ray.serve.config import LatencyModel
