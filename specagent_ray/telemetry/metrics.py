@@ -49,18 +49,17 @@ class ProtocolMetrics:
         self.fallbacks = metrics.Counter(
             "specagent_fallbacks_total", description="Verifier failures that fell back to a strong step.",
             tag_keys=("kind",))
-        self.reviewed_steps = metrics.Counter(
-            "specagent_reviewed_steps_total", description="Drafted steps the verifier reviewed, by verdict: the "
-            "accepted prefix (accepted) and the rest of the block (rejected).", tag_keys=("method", "verdict"))
-        self.strong_calls_total = metrics.Counter(
-            "specagent_strong_calls_total", description="Strong-model calls of finished sessions (prefills "
-            "ahead of a verify apart).", tag_keys=("method",))
-        self.events = metrics.Counter(
-            "specagent_protocol_events_total", description="Algorithm 1's events by kind: accepted, rejected, "
-            "repairs, malformed output, invalid actions, tool errors, verifier fallbacks.", tag_keys=("method", "kind"))
-        self.session_steps = metrics.Counter(
-            "specagent_session_steps_total", description="Committed agent steps of finished sessions: the strong "
-            "calls Strong-only would have made for them.", tag_keys=("method",))
+        counter = lambda name, what, *tags: metrics.Counter(name, description=what, tag_keys=tags)  # noqa: E731
+        self.reviewed_steps = counter("specagent_reviewed_steps_total", "Drafted steps the verifier reviewed, by "
+                                      "verdict: the accepted prefix (accepted) and the rest of the block "
+                                      "(rejected).", "method", "verdict")
+        self.strong_calls_total = counter("specagent_strong_calls_total", "Strong-model calls of finished sessions "
+                                          "(prefills ahead of a verify apart).", "method")
+        self.events = counter("specagent_protocol_events_total", "Algorithm 1's events by kind: accepted, rejected, "
+                              "repairs, malformed output, invalid actions, tool errors, verifier fallbacks.",
+                              "method", "kind")
+        self.session_steps = counter("specagent_session_steps_total", "Committed agent steps of finished sessions: "
+                                     "the strong calls Strong-only would have made for them.", "method")
         self.engine_wait = metrics.Histogram(
             "specagent_engine_wait_seconds", description="An engine request's time from asked to answered, by "
             "kind (serve/priority.py); write: a staged write's verify or repair (measured).",

@@ -7,6 +7,7 @@ import pytest
 from specagent_ray.cli import main
 
 
+@pytest.mark.slow  # 7 s of real tau2 environments; the fast tier keeps the CLI's error paths
 def test_bench_tau2_writes_json_and_plot(tmp_path, capsys):
     rc = main(["bench", "tau2", "--tasks", "1,2,3", "--trials", "2", "--workers", "1", "--out", str(tmp_path),
                "--methods", "strong,weak,specagent,agentcollab,specactions,specagent-exact"])

@@ -92,6 +92,7 @@ def endpoint():
         yield f"{root}/v1"
 
 
+@pytest.mark.slow  # real tau2 tasks through HTTP endpoints, 5 s
 def test_live_bench_runs_methods_through_endpoints_and_reports_edge_cloud_costs(endpoint, tmp_path, capsys):
     rc = main(["bench", "tau2", "--backend", "vllm", "--weak", endpoint, "--strong", endpoint,
                "--tasks", "0,1", "--trials", "1", "--methods", "strong,specagent", "--max-steps", "8", "--out", str(tmp_path)])
