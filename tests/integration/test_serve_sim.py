@@ -152,7 +152,7 @@ async def test_every_dashboard_panel_returns_a_series_on_a_real_prometheus(url):
 
     with PrometheusServer([f"127.0.0.1:{METRICS_PORT}"]) as prom:
         prom.wait_up()
-        await run_sessions(url, 20, task_offset=20)
+        await run_sessions(url, 10, task_offset=20)
         async with GatewayClient(url, "wrong") as client:  # an HTTP error for the errors panel
             with pytest.raises(GatewayError):
                 await client.stats()
