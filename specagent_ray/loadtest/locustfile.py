@@ -54,7 +54,6 @@ def _options(parser: Any) -> None:
     add("--sa-records", default="", help="folder for each process's session records")
     add("--sa-seed", type=int, default=0, help="open-loop arrival times")
     add("--sa-timeout-s", type=float, default=60.0, help="per HTTP request (the event stream: between events)")
-    add("--sa-api-key", default="", help="API key; default: $SPECAGENT_LOADTEST_KEY")
 
 
 class Plan:
@@ -73,7 +72,7 @@ class Plan:
         else:
             self.indices = list(range(w, o.sa_sessions, n))
         self.next = 0
-        self.key = o.sa_api_key or os.environ.get("SPECAGENT_LOADTEST_KEY", "")
+        self.key = os.environ.get("SPECAGENT_LOADTEST_KEY", "")  # never on a command line
         folder = Path(o.sa_records) if o.sa_records else None
         self.records = (folder / f"records-{os.getpid()}.jsonl").open("a", buffering=1) if folder else None
         self.arrivals: Queue | None = None
@@ -146,11 +145,11 @@ def _watch(env: Any) -> None:
     _stop_reason(env, f"duration {o.sa_duration_s:g} s reached")
     while env.runner.state not in ("stopped", "stopping", "cleanup"):
         gevent.sleep(0.5)
-        failed = sum(e.num_failures for (name, kind), e in env.stats.entries.items() if kind == "SESSION")
+        failed = sum(e.num_failures for (_, kind), e in env.stats.entries.items() if kind == "SESSION")
         if failed >= o.sa_max_errors:
             _stop_reason(env, f"stopped early: {failed} errors (max_errors {o.sa_max_errors})")
             return env.runner.quit()
-        if time.monotonic() - begun > 3 and env.runner.user_count == 0:
+        if env.runner.state == "running" and time.monotonic() - begun > 3 and env.runner.user_count == 0:
             _stop_reason(env, "all sessions started and finished")
             return env.runner.quit()
 

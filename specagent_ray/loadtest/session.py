@@ -14,7 +14,7 @@ import gevent
 import requests
 from locust import events
 
-from .records import SessionRecord
+from .records import SessionRecord, step_latencies
 
 
 class LoadError(Exception):
@@ -115,7 +115,8 @@ def run_session(client: Any, plan: Any, i: int) -> SessionRecord:
             if event["t"] == "commit":
                 rec.delivered(time.time(), max(1, len(event.get("steps") or ())))
                 if cancel and not rec.cancelled_by_client:
-                    _check(client.delete(f"/v1/sessions/{rec.session_id}", name="DELETE session"), "cancel")
+                    _check(client.delete(f"/v1/sessions/{rec.session_id}", name="DELETE session",
+                                         timeout=plan.o.sa_timeout_s), "cancel")
                     rec.cancelled_by_client = True
             _client_part(client, plan, rec.session_id, event, rec)
         traj = _check(client.get(f"/v1/sessions/{rec.session_id}", name="GET session", timeout=plan.o.sa_timeout_s),
@@ -128,7 +129,7 @@ def run_session(client: Any, plan: Any, i: int) -> SessionRecord:
         if rec.outcome not in (expected, "done"):
             raise LoadError(f"session_{rec.outcome}", traj.get("error") or traj.get("termination") or "")
         rec.end_s = time.time()
-        for latency in _latencies(rec):
+        for latency in step_latencies(rec.start_s, rec.commits):
             _fire("STEP", "committed", 1000 * latency)
         _fire("SESSION", rec.method, 1000 * (rec.end_s - rec.start_s))
     except LoadError as exc:
@@ -141,12 +142,6 @@ def run_session(client: Any, plan: Any, i: int) -> SessionRecord:
     finally:
         plan.write(rec)
     return rec
-
-
-def _latencies(rec: SessionRecord) -> list[float]:
-    from .records import step_latencies
-
-    return step_latencies(rec.start_s, rec.commits)
 
 
 def _failed(rec: SessionRecord, exc: LoadError) -> None:
