@@ -95,12 +95,15 @@ class ProtocolMetrics:
         self.observe_finished(method, calls, len(trajectory.steps))
 
     def observe_event(self, method: str, kind: str, detail: str) -> None:
-        """One of Algorithm 1's events; an ``accepted`` one ("j/n") is a reviewed block's verdict."""
+        """One of Algorithm 1's events; an ``accepted`` one ("j/n") is a reviewed block's verdict. A detail
+        that is not "j/n" counts the event and nothing else (the serving path never sees a raise)."""
         self.events.inc(1, tags={"method": method, "kind": kind})
         if kind == "accepted":
-            j, n = (int(x) for x in detail.split("/"))
-            self.accepted_prefix.observe(j, tags={"method": method})
-            for verdict, count in (("accepted", j), ("rejected", n - j)):
+            j, _, n = detail.partition("/")
+            if not (j.isdigit() and n.isdigit() and int(j) <= int(n)):
+                return
+            self.accepted_prefix.observe(int(j), tags={"method": method})
+            for verdict, count in (("accepted", int(j)), ("rejected", int(n) - int(j))):
                 if count > 0:
                     self.reviewed_steps.inc(count, tags={"method": method, "verdict": verdict})
         elif kind == "verifier_fallback":

@@ -34,3 +34,11 @@ def test_queries_become_plain_promql_and_the_committed_json_is_current():
     assert committed == render(), "run make -C k8s dashboard"
     ids = [p["id"] for p in committed["panels"]]
     assert len(set(ids)) == len(ids) == len(PANELS)
+
+
+def test_an_event_the_metrics_cannot_parse_never_raises_into_the_serving_path():
+    metrics = ProtocolMetrics()  # recording works before ray.init too (Ray keeps it until exported)
+    for detail in ("2/3", "garbage", "3/2", "", "-1/2"):
+        metrics.observe_event("specagent", "accepted", detail)
+    metrics.observe_event("specagent", "verifier_fallback", "engine down")
+    metrics.observe_wait("write", 0.2)
