@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -65,11 +66,16 @@ class PrometheusServer:
         config = {"global": {"scrape_interval": self.interval, "evaluation_interval": self.interval},
                   "scrape_configs": [{"job_name": "ray", "static_configs": [{"targets": self.targets}]}]}
         (root / "prometheus.yml").write_text(json.dumps(config))  # YAML is a superset of JSON
-        self._proc = subprocess.Popen(
-            [str(prometheus_binary()), f"--config.file={root / 'prometheus.yml'}",
-             f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=subprocess.DEVNULL, stderr=open(root / "prometheus.log", "w"))
-        self._wait(lambda: urllib.request.urlopen(f"{self.url}/-/ready", timeout=2).status == 200, 60, "ready")
+        with open(root / "prometheus.log", "w") as log:
+            self._proc = subprocess.Popen(
+                [str(prometheus_binary()), f"--config.file={root / 'prometheus.yml'}",
+                 f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            self._wait(lambda: urllib.request.urlopen(f"{self.url}/-/ready", timeout=2).status == 200, 60, "ready")
+        except BaseException:
+            self.__exit__()  # a server that never got ready is stopped, not left behind
+            raise
         return self
 
     def __exit__(self, *exc: Any) -> None:
