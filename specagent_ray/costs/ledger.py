@@ -3,6 +3,7 @@ model, wall time from the injected clock)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..protocol.interfaces import CallRecord
@@ -44,3 +45,8 @@ class Ledger:
             wall_s=sum(c.wall_s for c in mine),
             predicted_cached_tokens=sum(c.usage.predicted_cached_tokens for c in mine),
         )
+
+
+def decoding(calls: Iterable[CallRecord], role: Author = "strong") -> list[CallRecord]:
+    """The role's calls that decode: a prefill ahead of a verify (purpose ``prefill``) is not a model step."""
+    return [c for c in calls if c.role == role and c.purpose != "prefill"]

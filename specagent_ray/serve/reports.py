@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..costs.hardware import Hardware
-from ..costs.ledger import Ledger
+from ..costs.ledger import Ledger, decoding
 from ..telemetry.resources import report_from_ledger
 from .config import AppConfig
 from .records import Commit, ModelCalls, ProtocolEvent, Record
@@ -27,8 +27,7 @@ def usage_by_role(ledger: Ledger) -> dict[str, dict[str, Any]]:
     out = {}
     for role in ROLES:
         t = ledger.totals(role)  # type: ignore[arg-type]
-        prefills = sum(1 for c in ledger.calls if c.role == role and c.purpose == "prefill")
-        out[role] = {"calls": t.calls, "prefill_calls": prefills,
+        out[role] = {"calls": t.calls, "prefill_calls": t.calls - len(decoding(ledger.calls, role)),
                      "prompt_tokens": t.prompt_tokens, "cached_prompt_tokens": t.cached_prompt_tokens,
                      "predicted_cached_tokens": t.predicted_cached_tokens, "decode_tokens": t.decode_tokens,
                      "wall_s": round(t.wall_s, 6)}

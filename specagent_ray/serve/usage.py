@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..costs.hardware import Hardware
-from ..costs.ledger import Ledger
+from ..costs.ledger import Ledger, decoding
 from ..telemetry.resources import report_from_ledger
 from .session import call_from
 
@@ -64,8 +64,8 @@ def figures(ledger: Ledger, hardware: Hardware) -> dict[str, Any]:
     report = report_from_ledger(ledger, hardware.deployments())
     tokens = {role: {"calls": t.calls, "prompt": t.prompt, "cached": t.cached, "decode": t.decode}
               for role, t in report.tokens.items()}
-    prefills = sum(1 for c in ledger.calls if c.role == "strong" and c.purpose == "prefill")
-    return {"tokens": tokens, "strong_calls": report.strong_calls - prefills, "prefill_calls": prefills,
+    strong = len(decoding(ledger.calls))
+    return {"tokens": tokens, "strong_calls": strong, "prefill_calls": report.strong_calls - strong,
             "gpu_seconds": report.gpu_seconds, "strong_hbm_bytes": report.hbm_bytes_by_role.get("strong", 0.0),
             "flops": report.flops, "label": "estimated (cost model on the profile's hardware; tokens as recorded)"}
 

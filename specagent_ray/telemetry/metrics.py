@@ -7,8 +7,10 @@ calls are cheap and never raise into the serving path.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from ..costs.ledger import decoding
 from ..protocol.interfaces import CallRecord
 from ..protocol.types import Trajectory
 
@@ -131,7 +133,7 @@ class ProtocolMetrics:
         """A session's end: strong calls (a prefill ahead decodes nothing: not one), verify latencies and
         its committed steps (its cache: ``observe_cache``)."""
         tags = {"method": method}
-        strong = [c for c in calls if c.role == "strong" and c.purpose != "prefill"]
+        strong = decoding(calls)
         for call in strong:
             if call.purpose == "verify":
                 self.verify_latency.observe(call.wall_s, tags=tags)
@@ -144,12 +146,15 @@ class ProtocolMetrics:
     def observe_tenant(self, tenant: str, status: str, calls: Sequence[CallRecord], gpu_seconds: float) -> None:
         """A finished session's usage under its tenant's label (``tenant_label``: bounded)."""
         self.tenant_sessions.inc(1, tags={"tenant": tenant, "status": status})
+        tokens: Counter[tuple[str, str]] = Counter()  # (role, kind): one counter update each, not one per call
         for call in calls:
             u = call.usage
             for kind, n in (("prompt", u.prompt_tokens), ("cached", u.cached_prompt_tokens), ("decode", u.decode_tokens)):
-                if n > 0:
-                    self.tenant_tokens.inc(n, tags={"tenant": tenant, "role": call.role, "kind": kind})
-        strong = sum(1 for c in calls if c.role == "strong" and c.purpose != "prefill")
+                tokens[(call.role, kind)] += n
+        for (role, kind), n in tokens.items():
+            if n > 0:  # Ray's Counter.inc refuses 0
+                self.tenant_tokens.inc(n, tags={"tenant": tenant, "role": role, "kind": kind})
+        strong = len(decoding(calls))
         if strong:
             self.tenant_strong_calls.inc(strong, tags={"tenant": tenant})
         if gpu_seconds > 0:
