@@ -9,6 +9,8 @@ as a second Locust run. The result's records are in seconds since the load phase
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import math
 import tempfile
@@ -131,16 +133,20 @@ def _levels(cfg: LoadConfig) -> list[tuple[float, float, int]]:
 
 def _timeline(records: list) -> list[dict[str, float]]:
     """One sample a second of the load phase, from the session records: in flight, started, done, steps,
-    errors."""
+    errors (each a count of sorted times up to the sample)."""
     load = [r for r in records if r.phase == "load"]
     end = max((r.end_s or r.start_s for r in load), default=0.0)
+    starts = sorted(r.start_s for r in load)
+    ends = sorted(r.end_s for r in load if r.end_s is not None)
+    done = sorted(r.end_s for r in load if r.outcome == "done" and r.end_s is not None)
+    failed = sorted(r.end_s for r in load if r.error_kind is not None and r.end_s is not None)
+    commits = sorted((t, n) for r in load for t, n in r.commits)
+    steps = list(itertools.accumulate(n for _, n in commits))
+    upto = lambda times, t: bisect.bisect_right(times, t)  # noqa: E731
     out = []
     for second in range(math.ceil(end) + 1):  # the last sample after every session's end
         t = float(second)
-        out.append({"t": t, "in_flight": sum(r.start_s <= t < (r.end_s if r.end_s is not None else end + 1) for r in load),
-                    "started": sum(r.start_s <= t for r in load),
-                    "done": sum(r.outcome == "done" and r.end_s is not None and r.end_s <= t for r in load),
-                    "steps": sum(n for r in load for c, n in r.commits if c <= t),
-                    "errors": sum(r.error_kind is not None and r.end_s is not None and r.end_s <= t for r in load),
-                    "shed": 0})
+        k = bisect.bisect_right(commits, (t, math.inf))
+        out.append({"t": t, "in_flight": upto(starts, t) - upto(ends, t), "started": upto(starts, t),
+                    "done": upto(done, t), "steps": steps[k - 1] if k else 0, "errors": upto(failed, t), "shed": 0})
     return out

@@ -75,7 +75,7 @@ def run_locust(cmd: list[str], folder: Path, bound_s: float, api_key: str,
     folder.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SPECAGENT_LOADTEST_KEY": api_key}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    begun = time.monotonic()
+    begun, progress = time.monotonic(), _Progress(folder)
     with open(folder / "locust.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         while proc.poll() is None:
@@ -83,19 +83,31 @@ def run_locust(cmd: list[str], folder: Path, bound_s: float, api_key: str,
                 proc.kill()
                 break
             time.sleep(1.0)
-            on_tick({"t": time.monotonic() - begun, **_progress(folder)})
+            on_tick({"t": time.monotonic() - begun, **progress.read()})
         proc.wait()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return proc.returncode, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def _progress(folder: Path) -> dict[str, int]:
-    done = errors = 0
-    for path in folder.glob("records-*.jsonl"):
-        for line in path.read_text().splitlines():
-            done += 1
-            errors += '"error_kind": null' not in line
-    return {"ended": done, "errors": errors}
+class _Progress:
+    """Sessions ended and failed so far, from the records files; each read takes only the lines added
+    since the last one (a long run's files are not read again every second)."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.offsets = folder, {}
+        self.ended = self.errors = 0
+
+    def read(self) -> dict[str, int]:
+        for path in self.folder.glob("records-*.jsonl"):
+            with path.open("rb") as f:
+                f.seek(self.offsets.get(path, 0))
+                chunk = f.read()
+            whole = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next read
+            self.offsets[path] = self.offsets.get(path, 0) + len(whole)
+            for line in whole.splitlines():
+                self.ended += 1
+                self.errors += b'"error_kind": null' not in line
+        return {"ended": self.ended, "errors": self.errors}
 
 
 def read_records(folder: Path) -> list[SessionRecord]:
