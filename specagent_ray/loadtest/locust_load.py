@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from ..serve.client import gateway_error
 from .locust_run import cancel_unfinished, locust_command, read_records, read_stats, run_locust, stopped_because
 from .run import LoadAborted, LoadConfig, LoadResult
 
@@ -100,11 +101,11 @@ def preflight(url: str, api_key: str) -> dict[str, Any]:
     except httpx.HTTPError as exc:
         raise LoadAborted(f"cannot talk to {url}: {type(exc).__name__}: {exc}") from None
     if stats.status_code == 401:
-        raise LoadAborted(f"the gateway at {url} refused the API key (HTTP 401): {_detail(stats)}")
+        raise LoadAborted(f"the gateway at {url} refused the API key (HTTP 401): {gateway_error(stats).detail}")
     if stats.status_code == 403:  # a tenant's key, not an operator's: the run goes on without the server's stats
         return {}
     if stats.status_code != 200:
-        raise LoadAborted(f"{url}/v1/stats answered HTTP {stats.status_code}: {_detail(stats)}")
+        raise LoadAborted(f"{url}/v1/stats answered HTTP {stats.status_code}: {gateway_error(stats).detail}")
     return stats.json()
 
 
@@ -115,13 +116,6 @@ def stats_or_none(url: str, api_key: str) -> dict[str, Any] | None:
         return r.json() if r.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None
-
-
-def _detail(r: httpx.Response) -> str:
-    try:
-        return r.json().get("detail", r.text)
-    except ValueError:
-        return r.text
 
 
 def _levels(cfg: LoadConfig) -> list[tuple[float, float, int]]:

@@ -3,8 +3,8 @@
 Locust runs headless in a child process (it patches the standard library with gevent, which must not
 happen to a process that holds a Ray connection), on ``locustfile.py``, with ``--processes N`` for N
 client processes (Locust's distributed mode: a master and N workers on this machine). Its statistics
-come back as ``--json-file`` (every entry with its response-time histogram), ``--csv`` failures and
-the per-second ``--csv-full-history``; each process's session records come back as JSON lines. A session
+come back as ``--json-file`` (every entry with its response-time histogram) and ``--csv`` failures;
+each process's session records come back as JSON lines. A session
 still running when Locust's drain (``--stop-timeout``) ended is cancelled on the server afterwards.
 """
 
@@ -34,11 +34,10 @@ ERROR = re.compile(r"""LoadError\(['"]([a-z][a-z0-9_]*): (.*)['"]\)$""", re.S)
 
 @dataclass
 class LocustStats:
-    """Locust's statistics of one run: entries by (type, name), failures, per-second history."""
+    """Locust's statistics of one run: entries by (type, name), and failures."""
 
     entries: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     failures: list[dict[str, Any]] = field(default_factory=list)  # type, name, kind, message, occurrences
-    history: list[dict[str, Any]] = field(default_factory=list)  # per second: t, users, type, name, counts
 
     def times_s(self, kind: str, name: str | None = None) -> list[float]:
         """Every recorded response time of the entries of ``kind`` (and ``name``), seconds (Locust keeps
@@ -50,16 +49,15 @@ class LocustStats:
                     out.extend([float(ms) / 1000] * count)
         return out
 
-    def count(self, kind: str, name: str | None = None, failures: bool = False) -> int:
-        return sum(e["num_failures" if failures else "num_requests"] for (k, n), e in self.entries.items()
-                   if k == kind and (name is None or n == name))
+    def count(self, kind: str, name: str | None = None) -> int:
+        return sum(e["num_requests"] for (k, n), e in self.entries.items() if k == kind and (name is None or n == name))
 
 
 def locust_command(url: str, folder: Path, options: dict[str, Any], processes: int, stop_timeout_s: float) -> list[str]:
     """The headless Locust command line of a run (``options``: the locustfile's ``--sa-*`` flags)."""
     cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", url, "--only-summary",
            "--loglevel", "WARNING", "--stop-timeout", str(max(1, math.ceil(stop_timeout_s))),  # whole seconds
-           "--csv", str(folder / "locust"), "--csv-full-history", "--json-file", str(folder / "stats"),  # Locust adds .json
+           "--csv", str(folder / "locust"), "--json-file", str(folder / "stats"),  # Locust adds .json
            "--sa-records", str(folder), "--sa-workers", str(processes)]
     if processes > 1:
         cmd += ["--processes", str(processes)]
@@ -133,14 +131,6 @@ def read_stats(folder: Path) -> LocustStats:
                 kind, message = (m.group(1), m.group(2)) if m else ("locust", row["Error"])
                 stats.failures.append({"type": row["Method"], "name": row["Name"], "kind": kind, "message": message,
                                        "occurrences": int(row["Occurrences"])})
-    history = folder / "locust_stats_history.csv"
-    if history.exists():
-        with history.open() as f:
-            for row in csv.DictReader(f):
-                stats.history.append({"ts": int(row["Timestamp"]), "users": int(row["User Count"]),
-                                      "type": row["Type"], "name": row["Name"],
-                                      "requests": int(row["Total Request Count"]),
-                                      "failures": int(row["Total Failure Count"])})
     return stats
 
 

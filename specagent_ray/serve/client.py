@@ -37,7 +37,7 @@ class GatewayClient:
     async def _call(self, method: str, path: str, **kw: Any) -> Any:
         response = await self.http.request(method, path, **kw)
         if response.status_code >= 400:
-            raise _error(response)
+            raise gateway_error(response)
         return response.json()
 
     async def create(self, idempotency_key: str | None = None, **body: Any) -> dict[str, Any]:
@@ -87,7 +87,7 @@ class GatewayClient:
                                     timeout=httpx.Timeout(None, connect=30)) as source:
                 if source.response.status_code >= 400:
                     await source.response.aread()
-                    raise _error(source.response)
+                    raise gateway_error(source.response)
                 try:
                     async for sse in source.aiter_sse():
                         if not sse.data:
@@ -102,7 +102,8 @@ class GatewayClient:
         raise GatewayError(503, f"event stream of session {sid} kept dropping before its final event")
 
 
-def _error(response: httpx.Response) -> GatewayError:
+def gateway_error(response: httpx.Response) -> GatewayError:
+    """An error answer of the gateway as ``GatewayError``: its status, one-line detail and Retry-After."""
     try:
         detail = response.json().get("detail", response.text)
     except ValueError:
