@@ -14,6 +14,7 @@ import gevent
 import requests
 from locust import events
 
+from ..serve.client import gateway_error
 from .records import SessionRecord, step_latencies
 
 
@@ -37,12 +38,8 @@ def _check(r: Any, what: str) -> Any:
         kind = ("timeout" if isinstance(err, requests.Timeout) else
                 "connect" if isinstance(err, requests.ConnectionError) else "transport")
         raise LoadError(kind, f"{what}: {type(err).__name__}: {err}")
-    if r.status_code >= 400:
-        try:
-            detail = r.json().get("detail", r.text)
-        except ValueError:
-            detail = r.text
-        raise LoadError(f"http_{r.status_code}", f"{what}: {detail}")
+    if r.status_code >= 400:  # a requests response reads as httpx's does here
+        raise LoadError(f"http_{r.status_code}", f"{what}: {gateway_error(r).detail}")
     try:
         return r.json()
     except ValueError as exc:
@@ -58,7 +55,7 @@ def _create(client: Any, plan: Any, body: dict[str, Any], rec: SessionRecord) ->
             if r.status_code in (429, 503) and plan.env.runner.state in ("spawning", "running"):
                 r.success()  # admission control doing its job, not an error
                 rec.throttled += 1
-                wait = float(r.headers.get("Retry-After") or 1.0)
+                wait = gateway_error(r).retry_after or 1.0
             else:
                 return _check(r, "create")
         gevent.sleep(wait)
