@@ -80,7 +80,8 @@ def add_parser(sub: Any) -> None:
                            "strong-token savings (0: skip)")
     work.add_argument("--baseline-method", default="strong", help="the baseline's method")
     work.add_argument("--cancel-every", type=int, default=0,
-                      help="cancel every N-th session after its first commit (0: none)")
+                      help="cancel every N-th session at its first commit or the first time it waits on the "
+                           "client, whichever comes first (0: none)")
     work.add_argument("--client-user-turns", type=int, default=2,
                       help="--user client: the load client answers this many agent messages (the last ends it)")
     work.add_argument("--turns", type=int, default=3, help="--api responses: turns per conversation")

@@ -84,6 +84,11 @@ def _events(client: Any, plan: Any, sid: str) -> Iterator[dict[str, Any]]:
     raise LoadError("transport", f"the event stream of {sid} dropped 100 times")
 
 
+def _owed(plan: Any, event: dict[str, Any]) -> bool:
+    """Whether the session now waits on the client: a client tool call, or (a client user) a message."""
+    return event["t"] == "tool_call_pending" or (event["t"] == "agent_message" and plan.workload.user == "client")
+
+
 def _client_part(client: Any, plan: Any, sid: str, event: dict[str, Any], rec: SessionRecord) -> None:
     """What the client owes: a pending client tool call's result, or (a client user) the next message."""
     if event["t"] == "tool_call_pending":
@@ -111,11 +116,12 @@ def run_session(client: Any, plan: Any, i: int) -> SessionRecord:
         for event in _events(client, plan, rec.session_id):
             if event["t"] == "commit":
                 rec.delivered(time.time(), max(1, len(event.get("steps") or ())))
-                if cancel and not rec.cancelled_by_client:
-                    _check(client.delete(f"/v1/sessions/{rec.session_id}", name="DELETE session",
-                                         timeout=plan.o.sa_timeout_s), "cancel")
-                    rec.cancelled_by_client = True
-            _client_part(client, plan, rec.session_id, event, rec)
+            if cancel and not rec.cancelled_by_client and (event["t"] == "commit" or _owed(plan, event)):
+                _check(client.delete(f"/v1/sessions/{rec.session_id}", name="DELETE session",
+                                     timeout=plan.o.sa_timeout_s), "cancel")
+                rec.cancelled_by_client = True
+            if not rec.cancelled_by_client:
+                _client_part(client, plan, rec.session_id, event, rec)
         traj = _check(client.get(f"/v1/sessions/{rec.session_id}", name="GET session", timeout=plan.o.sa_timeout_s),
                       "trajectory")
         strong, weak = traj["usage"]["strong"], traj["usage"]["weak"]

@@ -19,7 +19,7 @@ class Workload:
     k: int | None = None
     max_steps: int | None = None
     client_user_turns: int = 2  # user "client": the load client answers this many agent messages, the last with stop
-    cancel_every: int = 0  # cancel every n-th session (0: none) after its first commit
+    cancel_every: int = 0  # cancel every n-th session (0: none): at its first commit or wait on the client
 
     def options(self) -> dict[str, Any]:
         """What the Locust user class needs besides the task mix (``locustfile.py``, ``--sa-workload``)."""
