@@ -22,7 +22,8 @@ from typing import Any
 import httpx
 
 from ..serve.client import gateway_error
-from .locust_run import cancel_unfinished, locust_command, read_records, read_stats, run_locust, stopped_because
+from .locust_run import (cancel_unfinished, clock_start, locust_command, read_records, read_stats, run_locust,
+                         stopped_because)
 from .run import LoadAborted, LoadConfig, LoadResult
 
 
@@ -58,6 +59,7 @@ class LocustLoad:
             cmd = locust_command(cfg.url, load, self.options("load", cfg.workload.method), self.processes, cfg.drain_s)
             code, cpu = run_locust(cmd, load, cfg.duration_s + cfg.drain_s, cfg.api_key, self.on_tick)
             records, stats = read_records(load), read_stats(load)
+            started_at = clock_start(load, started_at)
             cancel_unfinished(cfg.url, cfg.api_key, records)
             after = stats_or_none(cfg.url, cfg.api_key)
             reason = stopped_because(load, code)

@@ -3,14 +3,13 @@
 Locust runs headless in a child process (it patches the standard library with gevent, which must not
 happen to a process that holds a Ray connection), on ``locustfile.py``, with ``--processes N`` for N
 client processes (Locust's distributed mode: a master and N workers on this machine). Its statistics
-come back as ``--json-file`` (every entry with its response-time histogram) and ``--csv`` failures;
-each process's session records come back as JSON lines. A session
+come back as ``--json-file`` (every entry with its response-time histogram) and the locustfile's
+``failures.json``; each process's session records come back as JSON lines. A session
 still running when Locust's drain (``--stop-timeout``) ended is cancelled on the server afterwards.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -57,7 +56,7 @@ def locust_command(url: str, folder: Path, options: dict[str, Any], processes: i
     """The headless Locust command line of a run (``options``: the locustfile's ``--sa-*`` flags)."""
     cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", url, "--only-summary",
            "--loglevel", "WARNING", "--stop-timeout", str(max(1, math.ceil(stop_timeout_s))),  # whole seconds
-           "--csv", str(folder / "locust"), "--json-file", str(folder / "stats"),  # Locust adds .json
+           "--json-file", str(folder / "stats"),  # Locust adds .json
            "--sa-records", str(folder), "--sa-workers", str(processes)]
     if processes > 1:
         cmd += ["--processes", str(processes)]
@@ -123,14 +122,12 @@ def read_stats(folder: Path) -> LocustStats:
     path = folder / "stats.json"
     for e in json.loads(path.read_text()) if path.exists() else []:
         stats.entries[(e["method"] or "", e["name"])] = e
-    failures = folder / "locust_failures.csv"
-    if failures.exists():
-        with failures.open() as f:
-            for row in csv.DictReader(f):
-                m = ERROR.match(row["Error"])
-                kind, message = (m.group(1), m.group(2)) if m else ("locust", row["Error"])
-                stats.failures.append({"type": row["Method"], "name": row["Name"], "kind": kind, "message": message,
-                                       "occurrences": int(row["Occurrences"])})
+    failures = folder / "failures.json"
+    for row in json.loads(failures.read_text()) if failures.exists() else []:
+        m = ERROR.match(row["error"])
+        kind, message = (m.group(1), m.group(2)) if m else ("locust", row["error"])
+        stats.failures.append({"type": row["method"], "name": row["name"], "kind": kind, "message": message,
+                               "occurrences": int(row["occurrences"])})
     return stats
 
 
@@ -160,3 +157,10 @@ def cancel_unfinished(url: str, api_key: str, records: list[SessionRecord]) -> N
                 http.delete(f"/v1/sessions/{sid}")
             except httpx.HTTPError:
                 pass
+
+
+def clock_start(folder: Path, default: float) -> float:
+    """When the run's clock started (the locustfile's ``run.json``): its stages and duration count from
+    there, not from Locust's start-up, which takes a second or more on a busy machine."""
+    path = folder / "run.json"
+    return float(json.loads(path.read_text()).get("started_at", default)) if path.exists() else default

@@ -32,6 +32,7 @@ from gevent.queue import Queue
 from locust import HttpUser, LoadTestShape, events, task
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
+from locust.stats import StatsError
 
 from specagent_ray.loadtest.records import SessionRecord
 from specagent_ray.loadtest.workload import Workload, parse_mix
@@ -115,6 +116,7 @@ class Plan:
 
 
 PLAN: Plan | None = None
+ENV: Any = None  # Locust's environment, for the quit event (which is not given it)
 
 
 @events.test_start.add_listener
@@ -132,17 +134,40 @@ def _stopping(environment: Any, **_: Any) -> None:
         PLAN.stop_waiting()
 
 
-def _stop_reason(environment: Any, reason: str) -> None:
+@events.init.add_listener
+def _init(environment: Any, **_: Any) -> None:
+    global ENV
+    ENV = environment
+
+
+@events.quit.add_listener
+def _failures(**_: Any) -> None:
+    """The run's failures, final, as ``failures.json``: Locust's own ``--csv`` failures file is a snapshot
+    taken once a second, which misses what failed in the run's last second."""
+    folder = ENV.parsed_options.sa_records if ENV is not None else None
+    if folder and not isinstance(ENV.runner, WorkerRunner):
+        rows = [{"method": e.method, "name": e.name, "error": StatsError.parse_error(e.error), "occurrences": e.occurrences}
+                for e in ENV.runner.stats.errors.values()]
+        (Path(folder) / "failures.json").write_text(json.dumps(rows))
+
+
+def _stop_reason(environment: Any, reason: str, started_at: float | None = None) -> None:
+    """``run.json``: why the run stopped, and when it started (the shape's clock, wall time)."""
     folder = environment.parsed_options.sa_records
     if folder:
-        (Path(folder) / "run.json").write_text(json.dumps({"stopped_because": reason}))
+        path = Path(folder) / "run.json"
+        run = json.loads(path.read_text()) if path.exists() else {}
+        run["stopped_because"] = reason
+        if started_at is not None:
+            run["started_at"] = started_at
+        path.write_text(json.dumps(run))
 
 
 def _watch(env: Any) -> None:
     """On the master (or the only process): stop at the error budget, or once every user has run out of
     sessions; the shape stops the run at its duration."""
     o, begun = env.parsed_options, time.monotonic()
-    _stop_reason(env, f"duration {o.sa_duration_s:g} s reached")
+    _stop_reason(env, f"duration {o.sa_duration_s:g} s reached", started_at=time.time())
     while env.runner.state not in ("stopped", "stopping", "cleanup"):
         gevent.sleep(0.5)
         failed = sum(e.num_failures for (_, kind), e in env.stats.entries.items() if kind == "SESSION")

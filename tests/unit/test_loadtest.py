@@ -157,6 +157,8 @@ def test_a_server_that_starts_failing_mid_run_gives_an_error_summary_and_stops_e
     summary = json.loads((tmp_path / "o" / "loadtest.json").read_text())
     assert summary["stopped_because"].startswith("stopped early: ")
     assert summary["errors_by_kind"].get("http_500", 0) >= 5 and summary["sessions"]["done"] >= 1
+    with (tmp_path / "o" / "sessions.csv").open() as f:  # also the failures of the run's last second
+        assert sum(summary["errors_by_kind"].values()) == sum(bool(r["error_kind"]) for r in csv.DictReader(f))
     assert "errors by kind" in out and "http_500" in out and "injected failure" in out
     assert "Traceback" not in out
 
