@@ -15,7 +15,8 @@ What Locust records (its statistics, from which the report is computed):
 Bounds: no session starts after ``--sa-duration-s`` (the shape ends the run, in-flight sessions get
 Locust's ``--stop-timeout``), none past ``--sa-sessions`` (each of ``--sa-workers`` processes takes every
 n-th index), and ``--sa-max-errors`` failed sessions stop the run. Each process appends its sessions to
-``--sa-records``/records-<pid>.jsonl; the master writes why the run stopped to ``run.json`` there.
+``--sa-records``/records-<pid>.jsonl; the master writes when the run's clock started and why the run
+stopped to ``run.json`` there, and the run's final failures to ``failures.json``.
 """
 
 from __future__ import annotations
@@ -146,8 +147,8 @@ def _failures(**_: Any) -> None:
     taken once a second, which misses what failed in the run's last second."""
     folder = ENV.parsed_options.sa_records if ENV is not None else None
     if folder and not isinstance(ENV.runner, WorkerRunner):
-        rows = [{"method": e.method, "name": e.name, "error": StatsError.parse_error(e.error), "occurrences": e.occurrences}
-                for e in ENV.runner.stats.errors.values()]
+        rows = [{"method": e.method, "name": e.name, "error": StatsError.parse_error(e.error),
+                 "occurrences": e.occurrences} for e in ENV.runner.stats.errors.values()]
         (Path(folder) / "failures.json").write_text(json.dumps(rows))
 
 
