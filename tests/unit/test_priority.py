@@ -133,3 +133,89 @@ def test_forgotten_sessions_are_bounded():
         p.verify_kind(f"s{i}", [STAGED])
     assert len(p._service) == 3 and p.level("s0") == 0
     assert p.blocked >= {"s7", "s8", "s9"} and "s0" not in p.blocked
+
+
+def test_write_slots_need_more_strong_slots():
+    with pytest.raises(ValidationError, match="strong_slots"):
+        PriorityConfig(write_slots=2, strong_slots=2)
+    assert PriorityConfig(write_slots=1, strong_slots=4).write_slots == 1
+
+
+def _slots_run(cfg: PriorityConfig, plan, cancel: tuple[str, ...] = ()):
+    """Run ``plan`` ([(name, session, kind, seconds)], started in that order) against an engine of
+    ``strong_slots`` sequences; returns the order in which calls reached it and the most strong calls
+    ever at it at once. ``cancel``: names cancelled once every call has been asked."""
+    p = ProgramPriority(cfg, clock=Clock())
+    reached, at_engine, most = [], [0], [0]
+
+    async def main():
+        gates = {name: asyncio.Event() for name, *_ in plan}
+
+        def call(name, kind):
+            async def go(n):
+                reached.append(name)
+                at_engine[0] += kind != "draft"
+                most[0] = max(most[0], at_engine[0])
+                await gates[name].wait()
+                at_engine[0] -= kind != "draft"
+            return go
+
+        tasks = {}
+        for name, sid, kind, _ in plan:
+            tasks[name] = asyncio.create_task(p.run(sid, kind, call(name, kind)))
+            await asyncio.sleep(0)
+        for name in cancel:
+            tasks[name].cancel()
+        await asyncio.sleep(0)
+        for name, *_ in plan:  # the engine answers in the order asked
+            gates[name].set()
+            await asyncio.sleep(0)
+        await asyncio.wait_for(asyncio.gather(*tasks.values(), return_exceptions=True), 5)  # a lost slot: fails
+        assert p.in_flight == {"strong": 0, "weak": 0} and not p._held
+
+    asyncio.run(main())
+    return reached, most[0]
+
+
+def test_other_strong_calls_leave_the_write_slots_free_and_go_in_priority_order():
+    cfg = PriorityConfig(write_slots=1, strong_slots=3)
+    plan = [("v1", "a", "strong", 0), ("v2", "b", "strong", 0), ("p1", "c", "prefill", 0), ("v3", "d", "strong", 0),
+            ("w1", "e", "write", 0), ("w2", "f", "write", 0), ("d1", "g", "draft", 0)]
+    reached, most = _slots_run(cfg, plan)
+    # v1, v2 fill the 2 shared sequences; the writes and the draft go at once; v3 (strong) before p1 (prefill)
+    assert reached[:5] == ["v1", "v2", "w1", "w2", "d1"] and reached[5:] == ["v3", "p1"]
+    assert most == 4  # writes may go past strong_slots: vLLM then queues them first, by priority
+    off, _ = _slots_run(PriorityConfig(), plan)
+    assert off == [name for name, *_ in plan]  # without write slots nothing waits here
+
+
+def test_a_held_call_that_is_cancelled_gives_up_its_place_and_counts_nothing():
+    cfg = PriorityConfig(write_slots=1, strong_slots=2)
+    plan = [("v1", "a", "strong", 0), ("v2", "b", "strong", 0), ("v3", "c", "strong", 0)]
+    reached, _ = _slots_run(cfg, plan, cancel=("v2",))
+    assert reached == ["v1", "v3"]  # v2 never reached the engine; the in-flight counts balance (in _slots_run)
+
+
+def test_a_call_cancelled_as_it_is_admitted_passes_its_slot_on():
+    p = ProgramPriority(PriorityConfig(write_slots=1, strong_slots=2), clock=Clock())
+    reached = []
+
+    async def main():
+        gate = asyncio.Event()
+
+        async def call(name):
+            reached.append(name)
+            if name == "a":
+                await gate.wait()
+
+        tasks = [asyncio.create_task(p.run(s, "strong", lambda n, s=s: call(s))) for s in "abc"]
+        await asyncio.sleep(0)
+        assert reached == ["a"] and len(p._held) == 2
+        gate.set()
+        await asyncio.sleep(0)  # a ends: b is admitted, not yet running
+        assert p.in_flight["strong"] == 1 and reached == ["a"]
+        tasks[1].cancel()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)  # a lost slot: fails
+        assert reached == ["a", "c"] and p.in_flight["strong"] == 0 and not p._held
+
+    asyncio.run(main())
