@@ -194,12 +194,10 @@ def _instruction(i: int) -> str:
 
 
 async def run_mix(url: str, mix: Mix, tokens: Tokens, label: str, prefill_ahead: bool, priority: bool,
-                  order: PriorityConfig | None = None, trust_s: float = 60.0, kv_tokens: int | None = None,
-                  write_slots: int = 0, strong_slots: int = 0) -> Run:
+                  order: PriorityConfig | None = None, trust_s: float = 60.0, kv_tokens: int | None = None) -> Run:
     """One run of the mix on the engines at ``url`` with the features given (``order``: the priority
-    slacks, the coordinator's defaults with ``write_slots`` of ``strong_slots`` when None; ``trust_s``,
-    ``kv_tokens``: prefill ahead's trust in the cache)."""
-    order = order or PriorityConfig(write_slots=write_slots, strong_slots=strong_slots)
+    slacks, the coordinator's defaults when None; ``trust_s``, ``kv_tokens``: prefill ahead's trust in the
+    cache)."""
     client = engine_client(url, mix, prefill_ahead, priority, order, trust_s, kv_tokens)
     run = Run(label)
     policy = policy_text(f"{label}-{time.time_ns()}", mix.policy_chars)

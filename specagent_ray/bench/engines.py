@@ -8,10 +8,10 @@ and printed side by side, with on/off ratios and the issue's goals; random weigh
 meaningless beyond this run, ratios are the result.
 - prefill ahead, at low load: uncached prompt tokens per verify against the block's own tokens, verify
   time to first token;
-- priority, with ``--overload`` (4) times more sessions than the engines run at once: the staged-write
-  wait, and the longest wait of any request (no session starves);
-- placement: two verifier replicas, Serve's power-of-two routing against PrefixCacheAffinityRouter,
-  prefill ahead on in both (as the profiles ship it): the verify's delivered cache share;
+- priority, with 4x more sessions than the engines run at once: the staged-write wait, and the longest
+  wait of any request (no session starves);
+- placement: two verifier replicas, Serve's power-of-two routing against PrefixCacheAffinityRouter:
+  the verify's delivered cache share;
 - keep warm: a KV cache of a few sessions and long tool pauses: prefill ahead trusting the cache
   as long as the profile's default 60 s (longer than every pause) against trusting it only until new
   KV of half the cache's size has been computed (``verifier_kv_tokens``).
@@ -56,18 +56,15 @@ class Pair:
 def pairs(args: argparse.Namespace) -> list[Pair]:
     shape = {"blocks": args.blocks, "turn_chars": args.turn_chars}
     low = Mix(sessions=args.sessions, pauses_s=(0.3, 1.0), stagger_s=0.5, **shape)
-    over = Mix(sessions=args.overload * args.max_num_seqs, pauses_s=(0.05, 0.2), stagger_s=0.02, **shape)
+    over = Mix(sessions=4 * args.max_num_seqs, pauses_s=(0.05, 0.2), stagger_s=0.02, **shape)
     spread = Mix(sessions=args.placement_sessions, pauses_s=(0.2, 0.6), stagger_s=0.1, **shape)
     paused = Mix(sessions=args.placement_sessions, pauses_s=(1.5, 3.0), stagger_s=0.3, write_every=4, **shape)
     plain = {"prefill_ahead": False, "priority": False}
     ahead = {"prefill_ahead": True, "priority": False}
     return [Pair("prefill ahead", low, plain, ahead),
-            # on: vLLM's priority order, and write_slots of the verifier's sequences kept for staged writes
-            Pair("priority", over, plain, {"prefill_ahead": False, "priority": True,
-                                           "write_slots": args.write_slots, "strong_slots": args.max_num_seqs}),
-            # the engines differ: 2 verifier replicas behind one router, then the other; prefill ahead
-            # on in both, as the profiles ship it: its prefill helps only where the verify lands too
-            Pair("placement", spread, ahead, ahead, {"replicas": {"verifier": 2}}),
+            Pair("priority", over, plain, {"prefill_ahead": False, "priority": True}),
+            # the engines differ: 2 verifier replicas behind one router, then the other
+            Pair("placement", spread, plain, plain, {"replicas": {"verifier": 2}}),
             # KV pressure: a few sessions' prefixes fill the KV cache; trusted 60 s, then sized by the KV
             Pair("keep warm", paused, {**ahead, "trust_s": 60.0},
                  {**ahead, "trust_s": 60.0, "kv_tokens": args.kv_blocks * VLLM_CPU_BLOCK},
@@ -139,11 +136,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="comma-separated: 'prefill ahead', 'priority', 'placement' (2 verifier replicas, "
                    "power-of-two routing against PrefixCacheAffinityRouter; starts the engines twice more), "
                    "'keep warm' (a small KV cache, long tool pauses; starts the engines once more)")
-    p.add_argument("--max-num-seqs", type=int, default=4, help="vLLM's max_num_seqs for both engines")
-    p.add_argument("--overload", type=int, default=4, help="the priority pair runs this many times "
-                   "--max-num-seqs sessions")
-    p.add_argument("--write-slots", type=int, default=1, help="priority on: the verifier's sequences kept for "
-                   "staged writes (coordinator.priority.write_slots; 0: the priority order alone)")
+    p.add_argument("--max-num-seqs", type=int, default=4, help="vLLM's max_num_seqs for both engines; the "
+                   "priority pair runs 4x as many sessions")
     p.add_argument("--sessions", type=int, default=2, help="sessions of the low-load (prefill ahead) pair")
     p.add_argument("--placement-sessions", type=int, default=8, help="sessions of the placement and keep-warm "
                    "pairs")
@@ -214,8 +208,6 @@ def run_from_args(args: argparse.Namespace, console: Console) -> int:
     chosen = [p for p in pairs(args) if p.feature in wanted]
     if not chosen or len(chosen) != len(wanted):
         raise ValueError(f"--features: choose from {', '.join(map(repr, FEATURES))} (got {args.features!r})")
-    if not 0 <= args.write_slots < args.max_num_seqs:
-        raise ValueError(f"--write-slots {args.write_slots}: from 0 to --max-num-seqs - 1 ({args.max_num_seqs - 1})")
     ensure_local_models(args.models)
     folders = {"drafter": args.models / "tiny-weak", "verifier": args.models / "tiny-strong"}
     tokens = Tokens(folders["verifier"])

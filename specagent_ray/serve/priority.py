@@ -14,17 +14,10 @@ An engine that serves waiting requests by (priority, arrival), as vLLM's priorit
 request be passed only by requests with an earlier deadline: ones that arrived at most
 ``max_slack_s`` after it. That is aging with a bound: a request waits at most that window plus the time
 to serve what was already queued ahead of it, however many better requests keep arriving.
-
-vLLM admits a waiting request only when a running one ends (``max_num_seqs``), whatever its priority, so
-under overload a write still waits for a sequence to free. ``write_slots`` keeps some free: other
-strong-engine requests wait in the coordinator (in the same order) while only that many are left.
 """
 
 from __future__ import annotations
 
-import asyncio
-import heapq
-import itertools
 import math
 import time
 from collections import OrderedDict, deque
@@ -51,11 +44,6 @@ class PriorityConfig(BaseModel):
     level_s: float = Field(0.2, ge=0, description="slack per level of attained strong-engine service")
     levels: int = Field(5, ge=1, le=64, description="service levels; level = floor(log2(1 + tokens / unit))")
     unit_tokens: int = Field(2048, ge=1, description="strong-engine tokens (uncached prompt + decode) of level 1")
-    write_slots: int = Field(0, ge=0, description="strong-engine sequences kept free for write requests: other "
-                             "strong-engine calls wait here, in priority order, while fewer than this many of "
-                             "strong_slots are free (0: off)")
-    strong_slots: int = Field(0, ge=0, description="strong-engine sequences this coordinator may use at once "
-                              "(the verifier's max_num_seqs x replicas / coordinator shards); needed by write_slots")
 
     @model_validator(mode="after")
     def _kinds_apart(self) -> PriorityConfig:
@@ -66,8 +54,6 @@ class PriorityConfig(BaseModel):
         if any(b - a <= widest for a, b in zip(ordered, ordered[1:])):
             raise ValueError(f"slack_s must grow write < strong < draft < prefill by more than "
                              f"level_s x (levels - 1) = {widest:g}s, so that kinds never swap places")
-        if self.write_slots and self.strong_slots <= self.write_slots:
-            raise ValueError(f"write_slots {self.write_slots} needs strong_slots above it (got {self.strong_slots})")
         return self
 
     @property
@@ -82,9 +68,7 @@ class ProgramPriority:
     Guarantees: at the same instant, write < strong < draft < prefill for any two sessions; within a
     kind, a session with less attained service gets a smaller (or equal) number; a request made
     ``max_slack_s`` or more after another never gets a smaller number. Sessions are forgotten
-    least-recently-used past ``keep``; a forgotten session restarts at level 0. With ``write_slots``,
-    strong-engine requests other than writes never hold more than ``strong_slots - write_slots``
-    sequences: the rest wait here and go in order of their numbers, so a write finds a free sequence."""
+    least-recently-used past ``keep``; a forgotten session restarts at level 0."""
 
     def __init__(self, cfg: PriorityConfig | None = None, clock: Callable[[], float] = time.monotonic,
                  keep: int = 100_000, samples: int = 50_000):
@@ -98,8 +82,6 @@ class ProgramPriority:
         self.in_flight = {"strong": 0, "weak": 0}  # this coordinator's requests now at each engine role
         self.strong_computed = 0  # new KV (uncached prompt + decoded tokens) of every strong-engine call so far
         self.on_wait: Callable[[Kind, float], None] = lambda kind, wait_s: None  # each wait, as observed
-        self._held: list[tuple[int, int, asyncio.Future[None]]] = []  # strong calls waiting for a slot
-        self._arrivals = itertools.count()
 
     def level(self, session_id: str) -> int:
         service = self._service.get(session_id, 0)
@@ -149,11 +131,7 @@ class ProgramPriority:
         start = self.clock()
         result: Any = None
         role = "weak" if kind == "draft" else "strong"
-        try:
-            await self._enter(role, kind, self.of(session_id, kind))
-        except asyncio.CancelledError:
-            self.observe(kind, self.clock() - start)
-            raise
+        self.in_flight[role] += 1
         try:
             result = await call(lambda: self.of(session_id, kind))
             return result
@@ -161,42 +139,10 @@ class ProgramPriority:
             result = exc
             raise
         finally:
-            self._leave(role)
+            self.in_flight[role] -= 1
             self.observe(kind, self.clock() - start)
             usage = getattr(result, "usage", None)
             if kind != "draft" and usage is not None:
                 new = max(0, usage.prompt_tokens - usage.cached_prompt_tokens) + usage.decode_tokens
                 self.strong_computed += new
                 self.attained(session_id, new)
-
-    # -- slots kept for writes ---------------------------------------------------------------------
-
-    def _room(self) -> bool:
-        return self.in_flight["strong"] < self.cfg.strong_slots - self.cfg.write_slots
-
-    async def _enter(self, role: str, kind: Kind, number: int) -> None:
-        """Count the request in flight; with ``write_slots``, a strong-engine request other than a write
-        first waits, by ``number``, until fewer than ``strong_slots - write_slots`` are in flight."""
-        if role == "weak" or kind == "write" or not self.cfg.write_slots or (self._room() and not self._held):
-            self.in_flight[role] += 1
-            return
-        admitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (number, next(self._arrivals), admitted)
-        heapq.heappush(self._held, entry)
-        try:
-            await admitted  # _leave counted it in flight before admitting it
-        except asyncio.CancelledError:
-            if admitted.done() and not admitted.cancelled():
-                self._leave("strong")  # admitted, then cancelled: its slot goes to the next
-            elif entry in self._held:  # (a _leave may have popped it, cancelled, already)
-                self._held.remove(entry)
-                heapq.heapify(self._held)
-            raise
-
-    def _leave(self, role: str) -> None:
-        self.in_flight[role] -= 1
-        while self._held and self._room():
-            _, _, admitted = heapq.heappop(self._held)
-            if not admitted.done():
-                self.in_flight["strong"] += 1
-                admitted.set_result(None)
