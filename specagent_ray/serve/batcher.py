@@ -63,7 +63,8 @@ class Batcher(Generic[T, R]):
             await self._wake.wait()
             if len(self._heap) < self.max_batch and self.window_s > 0:
                 try:
-                    await asyncio.wait_for(self._full.wait(), self.window_s)
+                    async with asyncio.timeout(self.window_s):
+                        await self._full.wait()
                 except TimeoutError:
                     pass
             batch = [heapq.heappop(self._heap) for _ in range(min(self.max_batch, len(self._heap)))]

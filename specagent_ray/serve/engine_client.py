@@ -44,7 +44,8 @@ async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Await
     last: BaseException | None = None
     for _ in range(n):
         try:
-            return await asyncio.wait_for(call(), timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: it can swallow a cancel (3.11)
+                return await call()
         except (MalformedOutput, BackendError) as exc:
             if isinstance(exc, EngineUnavailable):
                 last = exc  # an endpoint that may come back: try again

@@ -58,7 +58,8 @@ async def taken(response: Any, patience_s: float) -> Any:
     ``patience_s``. Serve itself queues a call until some replica runs, which for a deployment that
     cannot start is forever; a call already taken by a replica is awaited without a bound."""
     try:  # Serve's own step of the await: resolving the call to a replica
-        await asyncio.wait_for(response._fetch_future_result_async(), patience_s)
+        async with asyncio.timeout(patience_s):  # not wait_for: it can swallow the caller's cancel
+            await response._fetch_future_result_async()
     except asyncio.TimeoutError:
         response.cancel()  # still queued: cancelling the assignment stops it from ever running
         raise NoReplica(f"no replica took the call within {patience_s:g} s") from None

@@ -157,7 +157,8 @@ class Session:
         while not self._answered(after, whole_turn):
             changed, left = self._changed, deadline - asyncio.get_running_loop().time()
             try:
-                await asyncio.wait_for(changed.wait(), max(left, 0.0))
+                async with asyncio.timeout(max(left, 0.0)):
+                    await changed.wait()
             except TimeoutError:
                 break
         events = self.events[after:]
@@ -169,14 +170,12 @@ class Session:
             return True
         return any(e["t"] in ENDS_TURN for e in self.events[after:]) if whole_turn else len(self.events) > after
 
-    async def cancel(self) -> None:
-        """Stop the session's runner and wait for it to record its end."""
-        if self.runner is not None and not self.runner.done():
+    async def cancel(self, grace_s: float = 5.0) -> None:
+        """Stop the session's runner and wait for it to record its end. A cancel that some awaited code
+        swallowed is sent again every ``grace_s`` until the runner ends."""
+        while self.runner is not None and not self.runner.done():
             self.runner.cancel()
-            try:
-                await self.runner
-            except BaseException:  # noqa: BLE001 - the runner records its own end
-                pass
+            await asyncio.wait({self.runner}, timeout=grace_s)  # the runner records its own end
 
     # -- the protocol's Journal -------------------------------------------------------------------
 
@@ -364,7 +363,8 @@ class Session:
     async def from_client(self, waited: Awaitable[Any], what: str) -> Any:
         """``waited``'s result; ``IdleTimeout`` if the client has not given it within ``idle_timeout_s``."""
         try:
-            return await asyncio.wait_for(waited, self.idle_timeout_s)
+            async with asyncio.timeout(self.idle_timeout_s):  # not wait_for: it can swallow a cancel
+                return await waited
         except TimeoutError:
             raise IdleTimeout(f"timed out: no {what} within {self.idle_timeout_s:g} s") from None
 

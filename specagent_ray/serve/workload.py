@@ -236,7 +236,8 @@ async def _follow(stream: AsyncIterator[dict[str, Any]], into: list[dict[str, An
     try:
         while True:
             try:
-                into.append(await asyncio.wait_for(anext(events), stall_s))
+                async with asyncio.timeout(stall_s):
+                    into.append(await anext(events))
             except StopAsyncIteration:
                 return
     finally:

@@ -49,7 +49,8 @@ class McpConnection:
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._owner = asyncio.create_task(self._own(client, prepare, ready), name=f"mcp:{self.label}")
         try:
-            return await asyncio.wait_for(asyncio.shield(ready), timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: it can swallow the caller's cancel
+                return await asyncio.shield(ready)
         except TimeoutError:
             ready.cancel()  # nobody awaits it any more; a late failure must not be logged as unretrieved
             await self.close()
