@@ -53,7 +53,7 @@ class PrometheusServer:
     """Prometheus on a free loopback port, scraping ``targets`` (host:port) every ``interval``; stopped
     and its data removed on exit."""
 
-    def __init__(self, targets: list[str], interval: str = "1s"):
+    def __init__(self, targets: list[str], interval: str = "5s"):  # the scrape timeout is the interval
         self.targets, self.interval = targets, interval
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -115,9 +115,18 @@ class PrometheusServer:
             raise ValueError(f"{expr}: {body.get('errorType')}: {body.get('error')}")
         return body["data"]["result"]
 
-    def wait_up(self, timeout_s: float = 60) -> None:
-        """Until every target has been scraped successfully."""
+    def wait_up(self, timeout_s: float = 120) -> None:
+        """Until every target has been scraped successfully; the timeout names each target's last error."""
         def up() -> bool:
             result = self.query("up")
             return len(result) == len(self.targets) and all(r["value"][1] == "1" for r in result)
-        self._wait(up, timeout_s, "scraping every target")
+        try:
+            self._wait(up, timeout_s, "scraping every target")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\ntargets: {self.target_health()}") from None
+
+    def target_health(self) -> list[dict[str, Any]]:
+        """Each active target's URL, health, last error and last scrape's duration, from Prometheus."""
+        body = json.loads(urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=10).read())
+        keys = ("scrapeUrl", "health", "lastError", "lastScrapeDuration")
+        return [{k: t.get(k) for k in keys} for t in body["data"]["activeTargets"]]

@@ -24,14 +24,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 FAST = {"draft_base_s": 0.005, "draft_per_request_s": 0.0002, "verify_base_s": 0.01,
         "verify_per_request_s": 0.0005, "step_base_s": 0.01}
 KEY = "dev-key"
-METRICS_PORT = free_port()
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory):
+def metrics_port() -> int:
+    return free_port()  # chosen just before Ray binds it, not at collection, minutes earlier
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory, metrics_port):
     log = tmp_path_factory.mktemp("session-log")
     ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False,  # logical: room for two apps
-             _metrics_export_port=METRICS_PORT, _system_config={"metrics_report_interval_ms": 500})
+             _metrics_export_port=metrics_port, _system_config={"metrics_report_interval_ms": 500})
     try:
         profile = load_profile("sim", {"session_log": str(log), "engines": {"kind": "sim", "latency": FAST},
                                        "coordinator": {"max_sessions": 400}})
@@ -122,7 +126,7 @@ async def test_bad_input_gets_a_clear_4xx_and_the_server_keeps_serving(url):
     check_nothing_lost(streams, trajectories)
 
 
-async def test_200_concurrent_sessions_complete_with_zero_errors(url):
+async def test_200_concurrent_sessions_complete_with_zero_errors(url, metrics_port):
     sids, streams, trajectories = await run_sessions(url, 200)
     check_nothing_lost(streams, trajectories)
     async with GatewayClient(url, KEY) as client:
@@ -135,7 +139,7 @@ async def test_200_concurrent_sessions_complete_with_zero_errors(url):
     batches = sum(stats["batch_sizes"]["verify"].values())
     deadline = time.monotonic() + 60
     while True:
-        body = scrape(METRICS_PORT, "ray_specagent_verifier_batch_size_count")
+        body = scrape(metrics_port, "ray_specagent_verifier_batch_size_count")
         exported = sum(samples(body, "ray_specagent_verifier_batch_size_count"))
         if exported == batches or time.monotonic() > deadline:
             break
@@ -144,13 +148,13 @@ async def test_200_concurrent_sessions_complete_with_zero_errors(url):
     assert max((await tool_host_writes()).values()) == 1
 
 
-async def test_every_dashboard_panel_returns_a_series_on_a_real_prometheus(url):
+async def test_every_dashboard_panel_returns_a_series_on_a_real_prometheus(url, metrics_port):
     """Debian's Prometheus scrapes Ray's metrics port while sessions run; each panel of the Grafana
     dashboard (k8s/base/dashboards), as Grafana would send it, then answers at least one series."""
     from specagent_ray.telemetry.dashboard import PANELS, concrete
     from specagent_ray.testing.prometheus_server import PrometheusServer
 
-    with PrometheusServer([f"127.0.0.1:{METRICS_PORT}"]) as prom:
+    with PrometheusServer([f"127.0.0.1:{metrics_port}"]) as prom:
         prom.wait_up()
         await run_sessions(url, 10, task_offset=20)
         async with GatewayClient(url, "wrong") as client:  # an HTTP error for the errors panel
