@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import io
 
 import boto3
+import botocore.loaders
+import botocore.session
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
@@ -43,8 +46,7 @@ class S3Store:
         self.multipart_threshold = multipart_threshold
         config = Config(region_name=region, retries={"mode": "standard", "max_attempts": max_attempts},
                         s3={"addressing_style": "path"} if endpoint_url else None)
-        # A session of its own: boto3's default session is shared process state.
-        self.client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+        self.client = _session().client("s3", endpoint_url=endpoint_url, config=config)
         self._transfer = TransferConfig(multipart_threshold=multipart_threshold,
                                         multipart_chunksize=multipart_chunksize, preferred_transfer_client="classic")
 
@@ -169,6 +171,19 @@ class S3Store:
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _session() -> boto3.session.Session:
+    """A session of its own (boto3's default session is shared process state) whose service models come
+    from one loader per process: parsing S3's model costs about 0.2 s of CPU, once instead of per store."""
+    core = botocore.session.Session()
+    core.register_component("data_loader", _loader(core.get_config_variable("data_path")))
+    return boto3.session.Session(botocore_session=core)
+
+
+@functools.cache
+def _loader(data_path: str | None) -> botocore.loaders.Loader:
+    return botocore.loaders.create_loader(data_path)
 
 
 def _reason(exc: BaseException) -> str:

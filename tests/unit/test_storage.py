@@ -133,6 +133,14 @@ def test_open_store_s3_forms():
     assert (plain.prefix, plain.endpoint_url, plain.region) == ("", None, "us-east-1")
 
 
+def test_stores_share_parsed_service_models(monkeypatch):
+    """S3's model is parsed once per process; a data path of its own gets a loader of its own."""
+    a, b = open_store("s3://one"), open_store("s3://two?region=eu-west-1")
+    assert a.client._loader is b.client._loader  # botocore has no public handle on a client's loader
+    monkeypatch.setenv("AWS_DATA_PATH", "/nonexistent/models")
+    assert open_store("s3://three").client._loader is not a.client._loader
+
+
 @pytest.mark.parametrize("uri, message", [
     ("", "empty store URI"),
     ("ftp://host/x", "unsupported store URI.*file:///abs/path.*s3://bucket"),
