@@ -62,6 +62,7 @@ def gateway(tmp_path: Path, wrap: Any = lambda app: app) -> Iterator[str]:
         yield url
 
 
+@pytest.mark.slow  # 10 s of CPU; the fast tier runs schemathesis in the test that must fail a bad API
 def test_the_gateway_passes_every_check_in_every_phase(tmp_path):
     with gateway(tmp_path) as url:
         run = schemathesis(url, tmp_path, "--max-examples", "15")
@@ -73,7 +74,7 @@ def test_the_gateway_passes_every_check_in_every_phase(tmp_path):
     assert links and int(links.group(1)) >= 3, report[-5000:]  # sessions created, then used through links
 
 
-@pytest.mark.slow  # the fast tier runs the sessions API's fuzzing; the full suite runs both
+@pytest.mark.slow
 def test_the_responses_routes_pass_every_check_in_every_phase(tmp_path):
     """The Responses API on an app with plan-following engines and the bank MCP server: its create body
     is published as tight as it is taken (``responses.create_schema``), and responses link to their routes."""

@@ -128,7 +128,7 @@ def check_copy_on_read(domain: str, limit: int | None) -> None:
     assert shared.get_db_hash() == pristine_hash
 
 
-@pytest.mark.parametrize("domain", ["airline", "retail"])
+@pytest.mark.parametrize("domain", [pytest.param("airline", marks=pytest.mark.slow), "retail"])  # 6 s CPU
 def test_copy_on_read_environments_end_in_the_same_db_as_full_copies(domain):
     check_copy_on_read(domain, limit=6)
 

@@ -26,7 +26,7 @@ import yaml
 
 from specagent_ray.testing.k8s import OVERLAYS, RAY_KINDS, REPO, as_pod, pod_templates
 
-pytestmark = pytest.mark.security
+pytestmark = [pytest.mark.security, pytest.mark.slow]  # 12 s of CPU and its own venv: the full suite runs it
 
 CHECKOV = "checkov==3.3.30"  # the version verified here; the newest 3.3.x on 2026-12-01
 VENV = REPO / ".venv-checkov"

@@ -270,6 +270,7 @@ def bench_file(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow  # the bench run behind `bench_file` costs 9 s of CPU
 def test_planner_reproduces_the_bench_ledger_within_15_percent(bench_file):
     """Planner (estimated, per call) against the run's own ledgers (simulated tokens, estimated HBM)."""
     bench = inputs_from_results(load_results([bench_file]), "test")
@@ -279,6 +280,7 @@ def test_planner_reproduces_the_bench_ledger_within_15_percent(bench_file):
         assert per_call_hbm(i, method) == pytest.approx(bench.strong_hbm_per_step[method], rel=0.15)
 
 
+@pytest.mark.slow
 def test_plan_command_writes_labelled_json_and_plot(tmp_path, bench_file):
     assert main(["plan", "--sessions", "50", "--points", "6", "--from-bench", str(bench_file),
                  "--out", str(tmp_path)]) == 0
