@@ -61,13 +61,13 @@ class Session:
 
 async def _run(domain: str, method: str, task_id: str, trial: int, k: int, controller: Controller | None,
                sessions: float, prior: Prior, learned: OnlineEstimate | None) -> Session:
-    """One graded session; with a ``controller``, adaptive K (``learned``: the fleet's pooled estimate)."""
+    """One graded session; with a ``controller``, adaptive K; else K (``learned`` hears its blocks)."""
     from .tau2 import BenchConfig, _world
 
     task, parts, grade = _world(BenchConfig(domain=domain, methods=("strong",)), task_id, trial)
     chosen: list[int] = []
     if controller is not None:
-        parts.block_size = AdaptiveK(controller, lambda: Load(sessions), prior, chosen.append, learned)
+        parts.block_size = AdaptiveK(controller, lambda: Load(sessions), prior, chosen.append)
     elif learned is not None:
         parts.block_size = Observer(k, learned)
     trajectory = await METHODS["strong" if method == "strong" else "specagent"](task, parts, SpecConfig(k=k))
@@ -154,11 +154,11 @@ def run_levels(args: argparse.Namespace, inputs: PlanInputs, levels: list[tuple[
         weak = weak_for(inputs, sessions)
         tr = inputs.traffic
         controller = Controller(inputs.strong, weak, args.objective, args.k, review_slack=args.review_slack,
+                                explore_blocks=args.explore_blocks, explore_margin=args.explore_margin,
                                 steps_per_session=steps, think_time_s=tr.think_time_s)
         console.print(f"adaptive K at {sessions:,.0f} sessions ({label}) ...")
-        fleet = OnlineEstimate(prior, max(1, args.k))
         runs = {**base, "adaptive": run_sessions(args.domain, tasks, args.trials, "specagent", args.k, controller,
-                                                 sessions, prior, fleet)}
+                                                 sessions, prior)}
         chosen: dict[int, int] = defaultdict(int)
         for r in runs["adaptive"]:
             for k in r.chosen:
@@ -213,6 +213,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=6, help="the fixed K, and adaptive K's largest")
     p.add_argument("--review-slack", type=float, default=0.03, help="the extra cost adaptive K pays to review "
                    "more reads (the profile's speculation.review_slack)")
+    p.add_argument("--explore-blocks", type=int, default=2, help="blocks a session drafts before its own "
+                   "estimate may stop it (the profile's speculation.explore_blocks)")
+    p.add_argument("--explore-margin", type=float, default=0.25, help="how much cheaper K = 0 must be at the "
+                   "prior to skip them (speculation.explore_margin)")
     p.add_argument("--out", type=Path, default=Path("results/adaptive.json"), help="where the figures go")
     return p
 

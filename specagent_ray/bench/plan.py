@@ -264,17 +264,20 @@ def _load_table(plan: Plan) -> Table:
 
 
 def _adaptive_k(plan: Plan, k_max: int = 6) -> str:
-    """The K that ``speculation.mode: adaptive`` would pick at this load, per objective, at the plan's
-    acceptance (its write hazard solved from f at K = k_max) on the same fleet."""
+    """The K that ``speculation.mode: adaptive`` would pick at this load, per objective, for a session past
+    its exploring blocks whose estimate is the plan's acceptance (its write hazard solved from f at
+    K = k_max), on the same fleet."""
     from ..costs.controller import OBJECTIVES, Controller, Estimate, Load, write_share_for
     from ..costs.fleet import weak_for
 
     i, acc = plan.inputs, plan.inputs.acceptance
-    est = Estimate(acc.p, (write_share_for(acc.f, acc.p, k_max, acc.rho),), acc.rho)
     weak, tr = weak_for(i, i.traffic.sessions), i.traffic
-    return " / ".join(str(Controller(i.strong, weak, o, k_max, steps_per_session=tr.steps_per_session,
-                                     think_time_s=tr.think_time_s).choose(est, Load(tr.sessions)))
-                      for o in OBJECTIVES)
+    ks = []
+    for o in OBJECTIVES:
+        c = Controller(i.strong, weak, o, k_max, steps_per_session=tr.steps_per_session, think_time_s=tr.think_time_s)
+        est = Estimate(acc.p, (write_share_for(acc.f, acc.p, k_max, acc.rho),), acc.rho, c.explore_blocks)
+        ks.append(str(c.choose(est, Load(tr.sessions))))
+    return " / ".join(ks)
 
 
 def _weak_reps(plan: Plan) -> int:

@@ -92,11 +92,11 @@ class OnlineEstimate:
         a, r = sum(self.accepted.values()), sum(self.rejected.values())
         w = self.prior.weight
         p = (a + w * self.prior.p_read + w * self.prior.p_write) / (a + r + 2 * w)
-        return Estimate(p, self.hazards(), self._rate(self.separate, r, self.prior.rho))
+        return Estimate(p, self.hazards(), self._rate(self.separate, r, self.prior.rho), self.reached[0])
 
 
 class Learner:
-    """Feeds every drafted block and verdict to its estimates (a session's, the fleet's)."""
+    """Feeds every drafted block and verdict to its estimates."""
 
     def __init__(self, *estimates: OnlineEstimate | None):
         self.estimates = [e for e in estimates if e is not None]
@@ -123,18 +123,16 @@ class Observer(Learner):
 
 class AdaptiveK(Learner):
     """A session's ``BlockSize`` (protocol/interfaces.py): the controller's K at the session's online
-    estimate, the fleet's (``fleet``: one estimate every session of the coordinator also feeds) and the
-    engines' load now. ``on_choice`` hears every K chosen (for the stats)."""
+    estimate and the engines' load now. ``on_choice`` hears every K chosen (for the stats)."""
 
     def __init__(self, controller: Controller, load: Callable[[], Load], prior: Prior = Prior(),
-                 on_choice: Callable[[int], None] = lambda k: None, fleet: OnlineEstimate | None = None):
-        self.controller, self.load, self.on_choice, self.fleet = controller, load, on_choice, fleet
+                 on_choice: Callable[[int], None] = lambda k: None):
+        self.controller, self.load, self.on_choice = controller, load, on_choice
         self.estimate = OnlineEstimate(prior, max(1, controller.k_max))
-        super().__init__(self.estimate, fleet)
+        super().__init__(self.estimate)
 
     def next_k(self, history: History) -> int:
-        fleet = self.fleet.estimate() if self.fleet is not None else None
-        k = self.controller.choose_quantized(self.estimate.estimate(), self.load(), fleet)
+        k = self.controller.choose_quantized(self.estimate.estimate(), self.load())
         self.on_choice(k)
         return k
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..costs.controller import Controller, Load
-from ..costs.online import AdaptiveK, OnlineEstimate, Prior
+from ..costs.online import AdaptiveK, Prior
 from ..costs.planner import Engine
 from ..protocol.interfaces import BlockSize
 
@@ -53,6 +53,10 @@ class SpeculationConfig(BaseModel):
                                                  "rising; for mode table")
     review_slack: float = Field(0.03, ge=0, lt=1, description="the extra cost adaptive K pays to review more "
                                 "reads before they commit (costs/controller.py)")
+    explore_blocks: int = Field(2, ge=0, description="blocks a session drafts before its own estimate may stop "
+                                "it drafting (unless K = 0 wins by explore_margin at the prior)")
+    explore_margin: float = Field(0.25, ge=0, lt=1, description="how much cheaper K = 0 must be, at the prior, "
+                                  "to skip the exploring blocks")
     prior: PriorConfig = PriorConfig()
     steps_per_session: float = Field(14.0, ge=1, description="the planner's traffic: committed steps per session")
     think_time_s: float = Field(1.0, ge=0, description="the planner's traffic: time per step outside the engines")
@@ -79,19 +83,19 @@ class BlockSizes:
         self.chosen: Counter[int] = Counter()
         self.controller: Controller | None = None
         self.prior = Prior(**cfg.prior.model_dump())
-        self.fleet = OnlineEstimate(self.prior, max(1, k_max))  # every session's blocks: the K = 0 decision
         if cfg.mode != "fixed":
             roles = hardware.deployments()
             strong, weak = (Engine(roles[r].spec, roles[r].gpu, roles[r].n_gpus, n)
                             for r, n in zip(("strong", "weak"), replicas, strict=True))
             self.controller = Controller(strong, weak, cfg.objective, k_max, cfg.table if cfg.mode == "table" else (),
-                                         cfg.review_slack, steps_per_session=cfg.steps_per_session,
+                                         cfg.review_slack, explore_blocks=cfg.explore_blocks,
+                                         explore_margin=cfg.explore_margin, steps_per_session=cfg.steps_per_session,
                                          think_time_s=cfg.think_time_s)
 
     def for_session(self) -> BlockSize | None:
         if self.controller is None:
             return None
-        return AdaptiveK(self.controller, self.load, self.prior, self._count, self.fleet)
+        return AdaptiveK(self.controller, self.load, self.prior, self._count)
 
     def _count(self, k: int) -> None:
         self.chosen[k] += 1

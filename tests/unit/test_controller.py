@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import pytest
 
@@ -12,6 +13,7 @@ from specagent_ray.costs.controller import (
     Estimate,
     Load,
     capped_acceptance,
+    write_share_for,
 )
 from specagent_ray.costs.fleet import make_plan, weak_for
 from specagent_ray.costs.online import AdaptiveK, OnlineEstimate, Prior
@@ -98,6 +100,7 @@ def test_the_online_estimate_starts_at_the_prior_and_follows_the_session():
     e = est.estimate()
     assert e.hazards == pytest.approx(((0 + 1) / 52, (0 + 1) / 52, (50 + 1) / 52, 0.5))  # writes come third
     assert e.rho == pytest.approx((50 + 1) / (50 + 2))
+    assert e.blocks == 50 and OnlineEstimate().estimate().blocks == 0  # the drafted blocks behind it
 
 
 @pytest.mark.parametrize("bad", [{"weight": 0}, {"p_read": 1.2}, {"hazards": (0.5, -0.1)}])
@@ -106,11 +109,38 @@ def test_a_prior_out_of_range_is_refused(bad):
         Prior(**bad)
 
 
-def test_a_fleet_estimate_decides_whether_to_speculate_for_every_session():
-    """A session whose own blocks all passed still stops drafting when the fleet's are all rejected."""
-    fleet, lucky = Estimate(0.02, (0.3,), 0.9), Estimate(0.98, (0.3,), 0.0)
-    controller = Controller(STRONG, WEAK, "gpu_seconds")
-    assert controller.choose(lucky, Load(1)) > 0 and controller.choose(lucky, Load(1), fleet) == 0
+def near_the_crossover(mult: float):
+    """A controller at ``mult`` times the planner's GPU-seconds crossover, its load, and an estimate maker
+    at the plan's write hazard (solved from its f at K = 6, as `plan` does)."""
+    plan = make_plan(default_plan_inputs())
+    i, acc = plan.inputs, plan.inputs.acceptance
+    sessions = mult * plan.crossover["gpu_s"][0]
+    hazard = write_share_for(acc.f, acc.p, 6, acc.rho)
+    return (Controller(i.strong, weak_for(i, sessions), "gpu_seconds"), Load(sessions),
+            lambda p, blocks: Estimate(p, (hazard,), acc.rho, blocks))
+
+
+def k0_over_cheapest(controller, est, load):
+    costs = controller.costs(est, load.sessions)
+    return costs[0] / min(c for k, c in costs.items() if k >= 1)
+
+
+def test_past_the_crossover_each_session_decides_on_its_own_estimate():
+    """One load, two sessions with evidence: the one that drafts well speculates, the other does not."""
+    controller, load, est = near_the_crossover(1.2)
+    assert controller.choose(est(0.98, 5), load) > 0 and controller.choose(est(0.6, 5), load) == 0
+
+
+def test_a_session_drafts_until_its_estimate_has_blocks_behind_it():
+    """Where K = 0 wins at the prior by less than explore_margin, a new session still drafts its exploring
+    blocks; where it wins by more, or once the blocks are drafted, the strong model writes."""
+    controller, load, est = near_the_crossover(0.8)
+    assert controller.switch_margin < 1 - k0_over_cheapest(controller, est(0.6, 0), load) < controller.explore_margin
+    assert controller.choose(est(0.6, 0), load) > 0 and controller.choose(est(0.6, 1), load) > 0
+    assert controller.choose(est(0.6, controller.explore_blocks), load) == 0
+    assert replace(controller, explore_blocks=0).choose(est(0.6, 0), load) == 0
+    assert 1 - k0_over_cheapest(controller, est(0.3, 0), load) > controller.explore_margin
+    assert controller.choose(est(0.3, 0), load) == 0
 
 
 def test_adaptive_k_learns_from_blocks_and_reads_the_load_each_time():

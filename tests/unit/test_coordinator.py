@@ -715,6 +715,34 @@ async def test_adaptive_k_follows_the_engines_load(tmp_path):
     assert chosen["0"] >= sum(by_author[busy].values()) and any(int(k) > 0 for k in chosen)
 
 
+def test_the_sessions_of_one_coordinator_choose_k_apart():
+    """Adaptive K is each session's own: a session whose drafts all pass keeps drafting beside many whose
+    drafts all fail, and they stop."""
+    from specagent_ray.protocol.types import (
+        Action,
+        Effect,
+        History,
+        Observation,
+        Step,
+        Task,
+    )
+    from specagent_ray.serve.speculation import BlockSizes
+
+    sizes = BlockSizes(SpeculationConfig(mode="adaptive"), config().hardware, 6, lambda: Load(1))
+    good, bad = sizes.for_session(), sizes.for_session()
+    read = Step(Action.tool("find"), Observation("ok"), "weak", Effect.READ)
+    write = Step(Action.tool("book"), None, "weak", Effect.WRITE)
+    for _ in range(10):
+        good.drafted([read, write], True)
+        good.reviewed([read, write], 2, False)
+    for _ in range(200):  # a write first, and rejected
+        bad.drafted([write], True)
+        bad.reviewed([write], 0, True)
+    h = History(Task("t", "x"))
+    assert good.next_k(h) > 0 and bad.next_k(h) == 0
+    assert sizes.stats()["chosen_k"]["0"] == 1
+
+
 def test_the_load_counts_every_shards_sessions_and_requests_per_replica():
     from specagent_ray.serve.priority import ProgramPriority
     from specagent_ray.serve.speculation import engine_load
