@@ -34,7 +34,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ..costs.controller import METRIC, OBJECTIVES, Controller, Load
+from ..costs.controller import METRIC, OBJECTIVES, Controller, Load, TokenModel
 from ..costs.fleet import PlanInputs, make_plan, weak_for
 from ..costs.online import AdaptiveK, Observer, OnlineEstimate, Prior
 from ..costs.planner import Calls, CallShape, Operating, Traffic, operate
@@ -112,6 +112,24 @@ def priced(runs: Sequence[Session], inputs: PlanInputs, sessions: float) -> Oper
     return operate(mix, traffic, inputs.acceptance, shapes, inputs.strong, weak)
 
 
+def fitted_tokens(runs: Sequence[Session]) -> TokenModel:
+    """The controller's token model from a fixed-K run's ledgers (SIMULATED tokens), as its prior is: the
+    system prompt is the mean first prompt; the tokens each step adds, the median over sessions of the
+    slope of the draft prompts against their order; a step's and a verdict's decode, the means of the
+    drafts' and the verifies'."""
+    def mean_decode(purpose: str) -> float:
+        rows = [d for r in runs for _, p, _, _, d in r.calls if p == purpose]
+        return float(np.mean(rows)) if rows else 0.0
+
+    firsts = [r.calls[0][2] for r in runs if r.calls]
+    slopes = [float(np.polyfit(range(len(d)), d, 1)[0]) for r in runs
+              if len(d := [p for _, purpose, p, _, _ in r.calls if purpose == "draft"]) > 2]
+    if not firsts or not slopes:
+        return TokenModel()
+    return TokenModel(float(np.mean(firsts)), max(0.0, float(np.median(slopes))), mean_decode("draft"),
+                      mean_decode("verify"))
+
+
 def pass_interval(runs: Sequence[Session], draws: int = 5000, seed: int = 0) -> tuple[float, float, float]:
     """Pass@1 (%) and its 95 % bootstrap interval, resampling tasks with each task's trials together."""
     by_task: dict[str, list[float]] = defaultdict(list)
@@ -140,22 +158,27 @@ def figures(op: Operating, runs: Sequence[Session]) -> dict[str, float]:
 
 def run_levels(args: argparse.Namespace, inputs: PlanInputs, levels: list[tuple[float, str]],
                console: Console) -> list[Level]:
-    tasks = [str(t) for t in range(args.tasks)]
+    from .tau2 import BenchConfig, task_ids
+
+    tasks = task_ids(BenchConfig(domain=args.domain, methods=("strong",)))[: args.tasks]
     console.print(f"Strong-only and SpecAgent K = {args.k}: {len(tasks)} tasks x {args.trials} trials ...")
     learned = OnlineEstimate(Prior(weight=1e-6), max(1, args.k))
     base = {"strong": run_sessions(args.domain, tasks, args.trials, "strong"),
             "fixed": run_sessions(args.domain, tasks, args.trials, "specagent", args.k, learned=learned)}
     prior = learned.as_prior()  # calibrated on the fixed-K run, as a profile's prior would be from a bench run
     steps = float(np.mean([r.steps for r in base["fixed"]]))
+    tokens = fitted_tokens(base["fixed"])
     console.print(f"prior from the fixed-K run: p read {prior.p_read:.2f}, write {prior.p_write:.2f}, rho "
-                  f"{prior.rho:.2f}, write hazard by position " + ", ".join(f"{h:.2f}" for h in prior.hazards))
+                  f"{prior.rho:.2f}, write hazard by position " + ", ".join(f"{h:.2f}" for h in prior.hazards)
+                  + f"; tokens: system {tokens.system:.0f}, {tokens.new:.0f} per step, step {tokens.step:.0f}, "
+                  f"verdict {tokens.verdict:.0f}; {steps:.1f} steps per session")
     out = []
     for sessions, label in levels:
         weak = weak_for(inputs, sessions)
         tr = inputs.traffic
         controller = Controller(inputs.strong, weak, args.objective, args.k, review_slack=args.review_slack,
                                 explore_blocks=args.explore_blocks, explore_margin=args.explore_margin,
-                                steps_per_session=steps, think_time_s=tr.think_time_s)
+                                tokens=tokens, steps_per_session=steps, think_time_s=tr.think_time_s)
         console.print(f"adaptive K at {sessions:,.0f} sessions ({label}) ...")
         runs = {**base, "adaptive": run_sessions(args.domain, tasks, args.trials, "specagent", args.k, controller,
                                                  sessions, prior)}
@@ -208,7 +231,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--objective", choices=OBJECTIVES, default="gpu_seconds", help="what adaptive K minimizes")
     p.add_argument("--levels", default="10,100,1000", help="concurrent sessions (the crossover is added)")
     p.add_argument("--domain", default="airline", help="tau2 domain")
-    p.add_argument("--tasks", type=int, default=20, help="the first N tasks of the domain")
+    p.add_argument("--tasks", type=int, default=20, help="the first N tasks of the domain (tau2's base split)")
     p.add_argument("--trials", type=int, default=2, help="trials per task")
     p.add_argument("--k", type=int, default=6, help="the fixed K, and adaptive K's largest")
     p.add_argument("--review-slack", type=float, default=0.03, help="the extra cost adaptive K pays to review "

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..costs.controller import Controller, Load
+from ..costs.controller import Controller, Load, TokenModel
 from ..costs.online import AdaptiveK, Prior
 from ..costs.planner import Engine
 from ..protocol.interfaces import BlockSize
@@ -39,6 +39,19 @@ class PriorConfig(BaseModel):
     write_share: float = Field(0.3, ge=0, le=1, description="share of drafted steps that are writes")
     rho: float = Field(0.2, ge=0, le=1, description="separate strong repairs per rejection")
     weight: float = Field(4.0, gt=0, description="how many observations the prior counts as")
+
+
+class TokensConfig(BaseModel):
+    """The controller's token model (``costs/controller.TokenModel``): prompt tokens are ``system`` plus
+    ``new`` per committed step; a step decodes ``step``, a verdict ``verdict``. `bench adaptive` prints
+    them as fitted on a fixed-K run of the domain."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system: float = Field(TokenModel.system, ge=0, description="the prompt before the first step")
+    new: float = Field(TokenModel.new, ge=0, description="prompt tokens each committed step adds")
+    step: float = Field(TokenModel.step, ge=0, description="decode tokens of a step")
+    verdict: float = Field(TokenModel.verdict, ge=0, description="decode tokens of a verdict")
 
 
 class SpeculationConfig(BaseModel):
@@ -58,6 +71,7 @@ class SpeculationConfig(BaseModel):
     explore_margin: float = Field(0.25, ge=0, lt=1, description="how much cheaper K = 0 must be, at the prior, "
                                   "to skip the exploring blocks")
     prior: PriorConfig = PriorConfig()
+    tokens: TokensConfig = TokensConfig()
     steps_per_session: float = Field(14.0, ge=1, description="the planner's traffic: committed steps per session")
     think_time_s: float = Field(1.0, ge=0, description="the planner's traffic: time per step outside the engines")
     verifier_replicas: int | None = Field(None, ge=1, description="replicas the sessions share (None: the sim "
@@ -89,7 +103,8 @@ class BlockSizes:
                             for r, n in zip(("strong", "weak"), replicas, strict=True))
             self.controller = Controller(strong, weak, cfg.objective, k_max, cfg.table if cfg.mode == "table" else (),
                                          cfg.review_slack, explore_blocks=cfg.explore_blocks,
-                                         explore_margin=cfg.explore_margin, steps_per_session=cfg.steps_per_session,
+                                         explore_margin=cfg.explore_margin, tokens=TokenModel(**cfg.tokens.model_dump()),
+                                         steps_per_session=cfg.steps_per_session,
                                          think_time_s=cfg.think_time_s)
 
     def for_session(self) -> BlockSize | None:

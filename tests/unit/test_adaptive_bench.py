@@ -12,11 +12,13 @@ from specagent_ray.bench.adaptive import (
     Session,
     add_parser,
     call_mix,
+    fitted_tokens,
     goals,
     priced,
     run_from_args,
 )
 from specagent_ray.bench.plan_batch import predicted_batch
+from specagent_ray.costs.controller import TokenModel
 from specagent_ray.costs.planner import role_cost
 
 
@@ -48,6 +50,18 @@ def test_a_mix_of_only_strong_steps_prices_like_strong_only():
                     shapes, inputs.strong, inputs.weak)
     op = priced(runs, inputs, 100)
     assert op.cost.gpu_s == pytest.approx(plain.cost.gpu_s, rel=1e-6) and op.cost.weak.gpu_s == 0
+
+
+def test_the_token_model_is_fitted_on_the_ledgers():
+    """First prompts give the system prompt, the drafts' prompt slope the tokens per step, the decodes the
+    step and verdict tokens."""
+    def run(first, per_step, n):
+        calls = [("weak", "draft", first + per_step * i, 0, 700) for i in range(n)]
+        return session(n, calls + [("strong", "verify", first + per_step * n, 0, 1400)])
+
+    tokens = fitted_tokens([run(4000, 100, 10), run(3000, 200, 5), run(5000, 150, 8)])
+    assert (tokens.system, tokens.new, tokens.step, tokens.verdict) == pytest.approx((4000, 150, 700, 1400))
+    assert fitted_tokens([session(1, [])]) == TokenModel()  # nothing to fit: the defaults
 
 
 def level(strong, fixed, adaptive, pass_fixed=(90.0, 80.0, 100.0), pass_adaptive=90.0):
