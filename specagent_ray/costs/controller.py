@@ -22,7 +22,7 @@ So K = 0 is priced at the larger strong batch that Strong-only reaches, not at t
 past the planner's crossover the strong model's weight reads are shared by so many sequences that
 speculation's drafter GPU-seconds stop paying, and K = 0 wins on GPU-seconds; with few sessions and a high
 ``p`` a long block wins. Each session decides for itself, on its own estimate: sessions differ (priced
-alone, the airline tasks' SpecAgent cost 0.62x to 1.55x their Strong-only cost at the crossover), so past
+alone, the airline tasks' SpecAgent cost 0.68x to 1.63x their Strong-only cost at the crossover), so past
 the crossover the sessions that draft well keep speculating and the rest let the strong model write. A
 session whose estimate is still the prior's (fewer than ``explore_blocks`` drafted blocks) drafts unless
 K = 0 wins by more than ``explore_margin``: a session that never drafts never learns that it drafts well. The
