@@ -157,3 +157,26 @@ def test_adaptive_k_learns_from_blocks_and_reads_the_load_each_time():
     assert k.next_k(h) == 0 and chosen[-1] == 0 and len(chosen) == 2
     with pytest.raises(StopIteration):
         k.next_k(h)  # asked the load again
+
+
+@pytest.mark.parametrize("bad", [{"explore_blocks": -1}, {"explore_margin": 1.0}, {"explore_margin": -0.1}])
+def test_exploring_knobs_out_of_range_are_refused(bad):
+    from pydantic import ValidationError
+
+    from specagent_ray.serve.speculation import SpeculationConfig
+
+    with pytest.raises(ValueError, match="explore"):
+        Controller(STRONG, WEAK, **bad)
+    with pytest.raises(ValidationError):
+        SpeculationConfig(mode="adaptive", **bad)
+
+
+def test_a_profiles_token_model_takes_only_known_non_negative_counts():
+    from pydantic import ValidationError
+
+    from specagent_ray.serve.speculation import SpeculationConfig
+
+    assert SpeculationConfig(tokens={"system": 3906, "new": 167}).tokens.new == 167
+    for bad in ({"new": -1}, {"prompt": 100}):
+        with pytest.raises(ValidationError):
+            SpeculationConfig(tokens=bad)
