@@ -9,14 +9,23 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 
+# How long an idle keep-alive connection stays open: Ray Serve's proxy default (90 s). uvicorn's own default,
+# 5 s, equals httpx's pool expiry, so a client could reuse a connection the server was closing that instant
+# and get httpx.ReadError (a race seen in CI under load). The server must keep connections longer than
+# any client pools them.
+KEEP_ALIVE_S = 90
+
+
 @contextmanager
 def serve_in_thread(app: Any, start_timeout_s: float = 20.0) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port; yields ``http://127.0.0.1:PORT``."""
+    """Serve ``app`` with uvicorn on a free loopback port, keeping idle connections ``KEEP_ALIVE_S``;
+    yields ``http://127.0.0.1:PORT``."""
     import uvicorn
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1,
+                                           timeout_keep_alive=KEEP_ALIVE_S))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout_s
