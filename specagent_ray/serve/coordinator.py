@@ -74,12 +74,12 @@ class Coordinator:
     # -- life -----------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Take the session log's lease, replay the log and resume every unfinished session. A session
-        whose records cannot be read or restored is reported (``stats()``, the log) and not served."""
-        if not self.commits.start():
-            return
-        await self.sources.warm()
-        await self.recovery.replay(self.log, lambda sid, records: resume(self, sid, records), self._drop)
+        """Take the session log's lease, replay the log and resume every unfinished session, once: every call
+        returns when that is done (``Recovery.start``). A session whose records cannot be read or restored is
+        reported (``stats()``, the log) and not served."""
+        self.commits.start()  # a no-op after the first call
+        await self.recovery.start(self.log, self.sources.warm, lambda sid, records: resume(self, sid, records),
+                                  self._drop)
 
     def _drop(self, sid: str) -> None:
         s = self.sessions.pop(sid, None)

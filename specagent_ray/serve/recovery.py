@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .coordinator import Coordinator
 
 log = logging.getLogger(__name__)
+Restore = Callable[[str, list[dict[str, Any]]], Awaitable[None]]  # rebuilds one session from its records
 
 
 class Recovery:
@@ -29,9 +30,21 @@ class Recovery:
         self.broken: dict[str, str] = {}
         self.problems = 0
         self.resumed = 0
+        self._started: asyncio.Task[None] | None = None
 
-    async def replay(self, session_log: SessionLog, restore: Callable[[str, list[dict[str, Any]]], Awaitable[None]],
-                     drop: Callable[[str], None]) -> None:
+    async def start(self, session_log: SessionLog, warm: Callable[[], Awaitable[None]], restore: Restore,
+                    drop: Callable[[str], None]) -> None:
+        """``warm()`` (the tool sources), then ``replay``, on the first call only; every call, concurrent ones
+        too, returns once that is done, or raises its error. A caller that went on while the log was still to
+        be replayed could create a session that the replay then resumes beside the session's own runner."""
+        if self._started is None:
+            async def first() -> None:
+                await warm()
+                await self.replay(session_log, restore, drop)
+            self._started = asyncio.get_running_loop().create_task(first())
+        await asyncio.shield(self._started)  # a cancelled caller does not cancel the start others wait on
+
+    async def replay(self, session_log: SessionLog, restore: Restore, drop: Callable[[str], None]) -> None:
         """Take the log's lease, read it, and ``restore`` each readable session; a session whose
         restore fails is ``drop``ped and reported. One bad session never stops the others."""
         replay = await session_log.open()

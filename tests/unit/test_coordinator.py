@@ -160,6 +160,31 @@ async def test_finished_sessions_free_their_tool_environments_and_only_the_newes
     assert set(coord.log.replay().sessions) == set(sids)  # dropped from memory, not from the log
 
 
+async def test_calls_that_come_while_the_first_start_replays_wait_for_it(tmp_path):
+    """The in-process gateway starts the coordinator on every call. A second first call that went on
+    while the first start still had to replay the log could create a session that the replay then
+    resumed beside its own runner (seen in CI: a client heard the same agent message twice)."""
+    coord = Cluster(tmp_path, config()).coordinator
+    warm, warmed, warms = coord.sources.warm, asyncio.Event(), []
+
+    async def slow_warm():
+        warms.append(1)
+        await warmed.wait()
+        await warm()
+    coord.sources.warm = slow_warm
+    first = asyncio.create_task(coord.start())
+    await asyncio.sleep(0)  # the first start is warming the tool sources
+    second = asyncio.create_task(coord.start())
+    await asyncio.sleep(0.1)
+    assert not second.done()  # it waits for the first start
+    warmed.set()
+    await asyncio.wait_for(asyncio.gather(first, second), 30)
+    await coord.start()  # once started, a start returns at once
+    assert warms == [1]
+    sid = (await coord.create(CreateSession(tool_source="airline", task_id="0", message="Hi")))["session_id"]
+    assert coord.sessions[sid].runner is not None and coord.recovery.resumed == 0
+
+
 async def test_sharded_tool_hosts_keep_each_sessions_calls_on_one_shard(tmp_path):
     cluster = Cluster(tmp_path, config(), tool_hosts=3)
     coord = cluster.coordinator
