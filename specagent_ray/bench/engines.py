@@ -10,8 +10,9 @@ meaningless beyond this run, ratios are the result.
   time to first token;
 - priority, with 4x more sessions than the engines run at once: the staged-write wait, and the longest
   wait of any request (no session starves);
-- placement: two verifier replicas, Serve's power-of-two routing against PrefixCacheAffinityRouter:
-  the verify's delivered cache share;
+- placement: two verifier replicas, Serve's power-of-two routing against PrefixCacheAffinityRouter,
+  prefill ahead on in both (as in gpu-tp16): the verify's delivered cache share, of the whole prompt and
+  of what a cache can hold (all but the block);
 - keep warm: a KV cache of a few sessions and long tool pauses: prefill ahead trusting the cache
   as long as the profile's default 60 s (longer than every pause) against trusting it only until new
   KV of half the cache's size has been computed (``verifier_kv_tokens``).
@@ -63,8 +64,9 @@ def pairs(args: argparse.Namespace) -> list[Pair]:
     ahead = {"prefill_ahead": True, "priority": False}
     return [Pair("prefill ahead", low, plain, ahead),
             Pair("priority", over, plain, {"prefill_ahead": False, "priority": True}),
-            # the engines differ: 2 verifier replicas behind one router, then the other
-            Pair("placement", spread, plain, plain, {"replicas": {"verifier": 2}}),
+            # the engines differ: 2 verifier replicas behind one router, then the other; prefill ahead is on
+            # in both, as in gpu-tp16, so that all but the block can be cached where the router places it
+            Pair("placement", spread, ahead, ahead, {"replicas": {"verifier": 2}}),
             # KV pressure: a few sessions' prefixes fill the KV cache; trusted 60 s, then sized by the KV
             Pair("keep warm", paused, {**ahead, "trust_s": 60.0},
                  {**ahead, "trust_s": 60.0, "kv_tokens": args.kv_blocks * VLLM_CPU_BLOCK},
@@ -108,10 +110,12 @@ def goals(feature: str, off: dict[str, Any], on: dict[str, Any]) -> list[tuple[s
                  on["uncached prompt tokens / verify"] <= 1.1 * on["block tokens / verify"]),
                 (f"verify TTFT p50 down >= 30 % (on/off {r:.2f})" if r else "verify TTFT p50 down >= 30 %",
                  r is not None and r <= 0.7)]
-    if feature == "placement":
-        share = on["verify cached share"]
-        return [(f"verify cached share >= 90 % with affinity ({share:.0%}; all but the block: "
-                 f"{on['verify cached / cacheable (all but the block)']:.0%})", share >= 0.9)]
+    if feature == "placement":  # the block is new to every cache: the second reading leaves it out
+        share, held = on["verify cached share"], on["verify cached / cacheable (all but the block)"]
+        return [(f"verify cached share >= 90 % with affinity ({share:.0%} of the whole prompt)", share >= 0.9),
+                (f"verify cached share >= 90 % of what a cache can hold, all but the block, with affinity "
+                 f"({held:.0%}; power-of-two {off['verify cached / cacheable (all but the block)']:.0%})",
+                 held is not None and held >= 0.9)]
     r = ratio("staged-write wait p99 (s)")
     return [(f"staged-write wait p99 down >= 50 % (on/off {r:.2f})" if r else "staged-write wait p99 down >= 50 %",
              r is not None and r <= 0.5)]
