@@ -111,11 +111,13 @@ def goals(feature: str, off: dict[str, Any], on: dict[str, Any]) -> list[tuple[s
                 (f"verify TTFT p50 down >= 30 % (on/off {r:.2f})" if r else "verify TTFT p50 down >= 30 %",
                  r is not None and r <= 0.7)]
     if feature == "placement":  # the block is new to every cache: the second reading leaves it out
-        share, held = on["verify cached share"], on["verify cached / cacheable (all but the block)"]
-        return [(f"verify cached share >= 90 % with affinity ({share:.0%} of the whole prompt)", share >= 0.9),
+        held = "verify cached / cacheable (all but the block)"
+        pct = lambda v: "-" if v is None else f"{v:.0%}"  # None: no verify was answered
+        met = lambda v: v is not None and v >= 0.9
+        return [(f"verify cached share >= 90 % with affinity ({pct(on['verify cached share'])} of the whole "
+                 "prompt)", met(on["verify cached share"])),
                 (f"verify cached share >= 90 % of what a cache can hold, all but the block, with affinity "
-                 f"({held:.0%}; power-of-two {off['verify cached / cacheable (all but the block)']:.0%})",
-                 held is not None and held >= 0.9)]
+                 f"({pct(on[held])}; power-of-two {pct(off[held])})", met(on[held]))]
     r = ratio("staged-write wait p99 (s)")
     return [(f"staged-write wait p99 down >= 50 % (on/off {r:.2f})" if r else "staged-write wait p99 down >= 50 %",
              r is not None and r <= 0.5)]

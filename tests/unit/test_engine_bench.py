@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from specagent_ray.bench.engines import goals, pairs
+from specagent_ray.bench.engines import add_parser, goals, pairs
 
 CACHEABLE = "verify cached / cacheable (all but the block)"
 
 
-def args(**kw) -> argparse.Namespace:
-    return argparse.Namespace(**{"blocks": 4, "turn_chars": 1500, "sessions": 2, "max_num_seqs": 4,
-                                 "placement_sessions": 8, "kv_blocks": 80, **kw})
+def args() -> argparse.Namespace:
+    """The command's defaults, from its own parser."""
+    return add_parser(argparse.ArgumentParser().add_subparsers()).parse_args([])
 
 
 def test_the_placement_pair_differs_only_in_its_router_and_runs_prefill_ahead_as_gpu_tp16_does():
@@ -27,3 +27,5 @@ def test_placement_is_judged_on_the_whole_prompt_and_on_what_a_cache_can_hold():
     assert [ok for _, ok in goals("placement", off, {"verify cached share": 0.91, CACHEABLE: 0.89})] == [True, False]
     text = goals("placement", off, {"verify cached share": 0.68, CACHEABLE: 0.976})[1][0]
     assert "98%" in text and "power-of-two 86%" in text
+    nothing = {"verify cached share": None, CACHEABLE: None}  # no verify answered: reported, never met
+    assert [ok for _, ok in goals("placement", nothing, nothing)] == [False, False]
