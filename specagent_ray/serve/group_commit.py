@@ -29,12 +29,10 @@ class GroupCommit:
         self._wake = asyncio.Event()
         self.flusher: asyncio.Task | None = None
 
-    def start(self) -> bool:
-        """Start the flusher in the running loop; False if it was started before."""
-        if self.flusher is not None:
-            return False
-        self.flusher = asyncio.get_running_loop().create_task(self._flush_forever())
-        return True
+    def start(self) -> None:
+        """Start the flusher in the running loop; a no-op once it was started."""
+        if self.flusher is None:
+            self.flusher = asyncio.get_running_loop().create_task(self._flush_forever())
 
     def append(self, s: Session, data: dict[str, Any]) -> None:
         """Queue one of ``s``'s records for the next flush."""
