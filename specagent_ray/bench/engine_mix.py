@@ -235,7 +235,7 @@ def _block_messages(messages: Sequence[Mapping[str, Any]]) -> int:
 
 async def _session(client: OpenAIEngineClient, catalog: Catalog, mix: Mix, i: int, run: Run) -> Ledger:
     s = types.SimpleNamespace(id=f"mix-{i}", outside=contextlib.nullcontext, ledger=Ledger(),
-                              request=types.SimpleNamespace(instructions=None))
+                              request=types.SimpleNamespace(instructions=None, context=None))
     weak, _, verifier = client.models(s, catalog)  # type: ignore[arg-type]
     history = History(Task(f"task-{i}", _instruction(i)))
     await asyncio.sleep(i * mix.stagger_s)

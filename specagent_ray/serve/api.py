@@ -80,7 +80,7 @@ class CreateSession(Body):
     tool_source: str = Field(min_length=1, max_length=64)
     task_id: str | None = Field(None, max_length=256, description="a tau2 task id (tau2 sources; telecom's run "
                                 "to 215 characters)")
-    message: str | None = Field(None, max_length=20000, description="the user's opening message")
+    message: str | None = Field(None, max_length=100_000, description="the user's opening message")
     user: UserKind = Field("client", description="client: the client posts user messages; simulated: the "
                            "scripted tau2 customer (sim engines); tau2: tau2's own LLM user simulator")
     method: str | None = Field(None, description=f"one of {', '.join(METHODS)}; the profile's default if omitted",
@@ -90,11 +90,14 @@ class CreateSession(Body):
     review_messages: StrictBool = False
     trial: int = Field(0, ge=0, le=1_000_000, description="seed of simulated engines")
     client_tools: list[ClientTool] = Field(default_factory=list, max_length=128)
-    instructions: str | None = Field(None, max_length=20000, description="the agent's role and policy: the "
+    instructions: str | None = Field(None, max_length=100_000, description="the agent's role and policy: the "
                                      "system prompt's first paragraph (the profile's default role if omitted)")
     allowed_tools: list[Annotated[str, ToolName]] | None = Field(None, max_length=128, description="narrows the "
                                                                  "source's tools to these (400 for one it lacks)")
     approval: Approval | None = Field(None, description="writes that also wait for the client's approval")
+    context: str | None = Field(None, max_length=400_000, description="the conversation before this session, as "
+                                "a transcript the models read after the instructions (a replayed history: "
+                                "context only, nothing in it is run)")
 
     _integers = field_validator("k", "max_steps", "trial", mode="before")(json_integer)
 
@@ -107,7 +110,7 @@ class CreateSession(Body):
 
 
 class UserMessage(Body):
-    text: str = Field(min_length=1, max_length=20000)
+    text: str = Field(min_length=1, max_length=100_000)
     stop: StrictBool = Field(False, description="the user ends the conversation with this message")
 
 

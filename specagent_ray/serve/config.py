@@ -154,6 +154,10 @@ class GatewayConfig(Strict):
     burst: int = Field(100, ge=1, description="per-tenant token bucket size: requests a tenant may send at once")
     model_aliases: dict[str, str] = Field(default_factory=dict, description="Responses API model names and the "
                                           "method each runs, e.g. {my-agent: specagent}")
+    unhosted_tools: Literal["refuse", "drop"] = Field("refuse", description="a Responses API tool whose type this "
+                                                      "server does not host (web_search, file_search, ...): "
+                                                      "refuse: 400 naming it; drop: the agent runs without it, "
+                                                      "and the response's tools show what it had")
 
 
 EffectName = Literal["read", "write"]

@@ -26,10 +26,11 @@ from typing import Any, Protocol
 
 from ..models.backend import BackendError, ChatBackend
 from ..models.llm import LLMPolicy, LLMVerifier, PromptTrail
-from ..models.prompts import PromptConfig
+from ..models.prompts import DEFAULT_ROLE, PromptConfig
 from ..protocol.interfaces import EngineUnavailable, MalformedOutput, Policy, Verifier
 from ..protocol.types import History, Proposal, Review, Step
 from ..telemetry.tracing import traceparent_headers
+from .api import CreateSession
 from .batcher import Batcher
 from .config import CoordinatorConfig, OpenAIEngines, SimEngines
 from .handles import lane_of
@@ -194,7 +195,8 @@ class OpenAIEngineClient:
 
     def models(self, session: Session, catalog: Catalog) -> tuple[Policy, Policy, Verifier]:
         policy = catalog.policy[: self.cfg.policy_chars] if self.cfg.policy_chars else catalog.policy
-        role = {"agent_role": session.request.instructions} if session.request.instructions else {}
+        request = session.request
+        role = {"agent_role": agent_role(request)} if request.instructions or request.context else {}
         prompt = PromptConfig(policy=policy, observation_chars=self.cfg.observation_chars, **role)
         headers = lambda: {**traceparent_headers(), "x-session-id": session.id}
         kw = {"max_tokens": self.cfg.max_tokens, "temperature": 0.0, "headers": headers}
@@ -229,3 +231,10 @@ class OpenAIEngineClient:
         strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, strong_step)
         verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s, verify)
         return weak, strong, verifier
+
+
+def agent_role(request: CreateSession) -> str:
+    """The system prompt's first paragraph: the instructions (the profile's default role if none), then
+    the conversation replayed before the session, if any."""
+    role = request.instructions or DEFAULT_ROLE
+    return f"{role}\n\n{request.context}" if request.context else role

@@ -9,11 +9,14 @@ from typing import Any
 
 
 class ApiError(Exception):
+    """``param`` and ``code``: the request field at fault and a stable code (OpenAI's error shape shows
+    both on the Responses API's routes)."""
+
     status = 400
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, param: str | None = None, code: str | None = None):
         super().__init__(message)
-        self.message = message
+        self.message, self.param, self.code = message, param, code
 
 
 class BadRequest(ApiError):
@@ -104,10 +107,11 @@ OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
                 404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 429: "rate_limit_error"}
 
 
-def error_body(path: str, status: int, message: str) -> dict[str, Any]:
+def error_body(path: str, status: int, message: str, param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
     """An error's body: ``{"detail": ...}`` on the sessions API, OpenAI's ``{"error": {...}}`` on the
     Responses API's routes, whose clients (the OpenAI SDK) read the message from there."""
     if not path.startswith(RESPONSES):
         return {"detail": message}
-    return {"error": {"message": message, "type": OPENAI_TYPES.get(status, "server_error"), "param": None,
-                      "code": None}}
+    return {"error": {"message": message, "type": OPENAI_TYPES.get(status, "server_error"), "param": param,
+                      "code": code}}

@@ -172,7 +172,7 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
         headers = {"Retry-After": str(exc.retry_after_s)} if retry else None  # type: ignore[attr-defined]
         if isinstance(exc, Unauthorized):
             headers = {"WWW-Authenticate": "Bearer"}
-        return error_response(request, exc.status, exc.message, headers)
+        return error_response(request, exc.status, exc.message, headers, exc.param, exc.code)
 
     @app.exception_handler(Unavailable)
     async def unavailable(request: Request, exc: Unavailable) -> JSONResponse:

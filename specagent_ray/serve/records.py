@@ -97,7 +97,10 @@ class TurnMeta(BaseModel):
     metadata: dict[str, str] = Field(default_factory=dict)
     background: bool = False
     created_at: int = Field(0, description="when the gateway took the request, Unix seconds")
-    tools: list[dict[str, Any]] = Field(default_factory=list, description="the request's tools, as sent")
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="the tools the agent had (echoed)")
+    store: bool = Field(True, description="false: the response is not retrievable afterwards")
+    echo: dict[str, Any] = Field(default_factory=dict, description="the response object's fields that say what "
+                                 "was applied of the request (sampling, tool_choice, identifiers)")
 
 
 # -- what the session's life writes (coordinator.py) -----------------------------------------------------

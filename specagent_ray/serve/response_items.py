@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .errors import NotFound
-from .responses import response_id
+from .responses import SAMPLING, response_id
 from .turns import ENDS_TURN
 
 Records = Sequence[dict[str, Any]]
@@ -97,7 +97,7 @@ def _mcp_call(action: dict[str, Any], obs: dict[str, Any], sid: str, seq: int, i
 
 def message(text: str, item_id: str) -> dict[str, Any]:
     return {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
 
 def usage(turn: Records) -> dict[str, Any]:
@@ -118,22 +118,56 @@ def usage(turn: Records) -> dict[str, Any]:
                             "by_model": by_model}}
 
 
+ECHO = {**SAMPLING, "tool_choice": "auto", "parallel_tool_calls": False, "truncation": "disabled",
+        "text": {"format": {"type": "text"}}, "reasoning": None, "max_output_tokens": None, "max_tool_calls": None,
+        "service_tier": "default", "safety_identifier": None, "prompt_cache_key": None, "user": None}
+
+
+def turn_meta(created: dict[str, Any], turn: Records, n: int) -> dict[str, Any]:
+    """What the request of response ``n`` said about it (``TurnMeta``), given its turn's records."""
+    return (created.get("turn") if n == 0 else turn[0].get("meta")) or {}
+
+
 def response(created: dict[str, Any], onward: Records, sid: str, n: int, label: str | None) -> dict[str, Any]:
-    """Response ``n`` of a session, from its ``created`` record and its records from turn ``n``'s start on."""
+    """Response ``n`` of a session, from its ``created`` record and its records from turn ``n``'s start on:
+    every field of the specification's response object, those about the request as applied (``echo``)."""
     turn, latest = _until_next(onward)
-    meta = (created.get("turn") if n == 0 else turn[0].get("meta")) or {}
+    meta = turn_meta(created, turn, n)
     status = status_of(turn, latest)
     final = next((r for r in turn if r["t"] == "final"), None)
     error = {"code": "server_error", "message": final.get("error") or "failed"} if status == "failed" else None
     incomplete = {"reason": (final or {}).get("error") or "incomplete"} if status == "incomplete" else None
-    return {"id": response_id(sid, n), "object": "response", "created_at": meta.get("created_at", 0),
-            "status": status, "model": meta.get("model", ""), "instructions": created["request"].get("instructions"),
-            "output": output_items(turn, sid, label), "usage": usage(turn),
-            "previous_response_id": response_id(sid, n - 1) if n else None, "tools": meta.get("tools", []),
-            "tool_choice": "auto", "parallel_tool_calls": True, "metadata": meta.get("metadata", {}),
-            "background": meta.get("background", False), "error": error, "incomplete_details": incomplete,
-            "temperature": None, "top_p": None, "text": {"format": {"type": "text"}}, "truncation": "disabled",
-            "store": True}
+    created_at = meta.get("created_at", 0)
+    stamps = [r["at"] for r in turn if r.get("at")]
+    done = None if status == "in_progress" else max([created_at, *stamps])
+    echo = {**ECHO, **meta.get("echo", {})}
+    return {"id": response_id(sid, n), "object": "response", "created_at": created_at, "completed_at": done,
+            "status": status, "incomplete_details": incomplete, "model": meta.get("model", ""),
+            "previous_response_id": response_id(sid, n - 1) if n else None,
+            "instructions": created["request"].get("instructions"), "output": output_items(turn, sid, label),
+            "error": error, **echo, "tools": meta.get("tools", []), "usage": usage(turn),
+            "store": meta.get("store", True), "background": meta.get("background", False),
+            "metadata": meta.get("metadata", {})}
+
+
+def hidden(records: Records, n: int) -> bool:
+    """Whether response ``n`` was asked with ``store: false`` (it is not retrievable afterwards)."""
+    return turn_meta(records[0], turn_records(records, n), n).get("store") is False
+
+
+def output_ids(records: Records, sid: str, label: str | None) -> list[str]:
+    """The ids of every output item of the session so far, turn by turn."""
+    starts = [0] + [i for i, r in enumerate(records) if r["t"] == "turn"]
+    return [item["id"] for s in starts for item in output_items(_until_next(records[s:])[0], sid, label)]
+
+
+def all_items(records: Records, sid: str, label: str | None) -> dict[str, dict[str, Any]]:
+    """Every item of the session, input and output, by id."""
+    turns = sum(r["t"] == "turn" for r in records) + 1
+    starts = [0] + [i for i, r in enumerate(records) if r["t"] == "turn"]
+    out = {i["id"]: i for s in starts for i in output_items(_until_next(records[s:])[0], sid, label)}
+    out.update({i["id"]: i for n in range(turns) for i in input_items(records, sid, n)})
+    return out
 
 
 def input_items(records: Records, sid: str, n: int) -> list[dict[str, Any]]:
@@ -160,30 +194,42 @@ def _user(text: str, item_id: str) -> dict[str, Any]:
 
 
 def item_events(item: dict[str, Any], index: int) -> Iterator[dict[str, Any]]:
-    """The stream events of one output item (without sequence numbers)."""
+    """The stream events of one output item (without sequence numbers): added, its content or arguments
+    (one delta each: an item is sent once it is committed, whole), done."""
     kind, item_id = item["type"], item["id"]
+    at = {"output_index": index, "item_id": item_id}
     if kind == "message":
         text = item["content"][0]["text"]
-        part = {"type": "output_text", "text": "", "annotations": []}
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         yield {"type": "response.output_item.added", "output_index": index,
                "item": {**item, "status": "in_progress", "content": []}}
-        yield {"type": "response.content_part.added", "output_index": index, "item_id": item_id,
-               "content_index": 0, "part": part}
-        yield {"type": "response.output_text.delta", "output_index": index, "item_id": item_id,
-               "content_index": 0, "delta": text, "logprobs": []}
-        yield {"type": "response.output_text.done", "output_index": index, "item_id": item_id,
-               "content_index": 0, "text": text, "logprobs": []}
-        yield {"type": "response.content_part.done", "output_index": index, "item_id": item_id,
-               "content_index": 0, "part": {**part, "text": text}}
+        yield {"type": "response.content_part.added", **at, "content_index": 0, "part": part}
+        yield {"type": "response.output_text.delta", **at, "content_index": 0, "delta": text, "logprobs": []}
+        yield {"type": "response.output_text.done", **at, "content_index": 0, "text": text, "logprobs": []}
+        yield {"type": "response.content_part.done", **at, "content_index": 0, "part": {**part, "text": text}}
+    elif kind == "function_call":
+        yield {"type": "response.output_item.added", "output_index": index,
+               "item": {**item, "status": "in_progress", "arguments": ""}}
+        yield {"type": "response.function_call_arguments.delta", **at, "delta": item["arguments"]}
+        yield {"type": "response.function_call_arguments.done", **at, "arguments": item["arguments"]}
     elif kind == "mcp_call":
         yield {"type": "response.output_item.added", "output_index": index,
-               "item": {**item, "status": "in_progress", "output": None, "error": None}}
-        yield {"type": "response.mcp_call.in_progress", "output_index": index, "item_id": item_id}
-        yield {"type": f"response.mcp_call.{'failed' if item['error'] else 'completed'}", "output_index": index,
-               "item_id": item_id}
+               "item": {**item, "status": "in_progress", "arguments": "", "output": None, "error": None}}
+        yield {"type": "response.mcp_call_arguments.delta", **at, "delta": item["arguments"]}
+        yield {"type": "response.mcp_call_arguments.done", **at, "arguments": item["arguments"]}
+        yield {"type": "response.mcp_call.in_progress", **at}
+        yield {"type": f"response.mcp_call.{'failed' if item['error'] else 'completed'}", **at}
+    elif kind == "mcp_list_tools":
+        yield {"type": "response.output_item.added", "output_index": index, "item": {**item, "tools": []}}
+        yield {"type": "response.mcp_list_tools.in_progress", **at}
+        yield {"type": "response.mcp_list_tools.completed", **at}
     else:
         yield {"type": "response.output_item.added", "output_index": index, "item": item}
     yield {"type": "response.output_item.done", "output_index": index, "item": item}
+
+
+def sse(event: dict[str, Any]) -> str:
+    return f"event: {event['type']}\ndata: {json.dumps(event, default=str)}\n\n"
 
 
 def lifecycle(kind: str, snapshot: dict[str, Any]) -> dict[str, Any]:

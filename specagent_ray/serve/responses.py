@@ -2,78 +2,61 @@
 
 A conversation is a session, a response is one turn of it (``turns.py``), a staged write that the
 verifier accepted can also wait for the client's approval. ``POST /v1/responses`` without
-``previous_response_id`` becomes a ``CreateSession``; with it, a ``TurnPost`` to that session. Nothing
-here keeps state: the session log does (``response_items.py`` reads it back).
+``previous_response_id`` becomes a ``CreateSession`` (or, for a replay of a session of this server's,
+a turn of it: ``response_inputs.py``); with it, a ``TurnPost`` to that session. Nothing here keeps
+state: the session log does (``response_items.py`` reads it back).
 
-Refusals, each naming what it refuses: a parameter this server does not support (400: nothing is
-silently ignored), a tool that would make the server reach a URL of the client's choosing (400), an
-unknown model (400; a method the profile does not serve is the coordinator's 403), a continuation
-that changes the conversation's model, instructions or tools (409: the conversation has them).
+Every field the specification allows is taken (``response_models.py``); each is honoured or echoed as
+applied in the response object (``applied``; docs/serving.md has the table). Refusals (400, with the
+field in ``param``): a field no specification has; a tool that would make the server reach a URL of the
+client's choosing; a tool type this server does not host (unless its operator drops them); an unknown
+model (a method the profile does not serve is the coordinator's 403); a continuation that changes the
+conversation's model, instructions or tools (409: the conversation has them).
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..protocol.baselines import METHODS
-from .api import TOOL_NAME, Approval, ClientTool, CreateSession, ToolResult, UserMessage
-from .config import AppConfig, ClientSource, McpSource, SimEngines
+from .api import Approval, ClientTool, CreateSession, ToolResult, UserMessage
+from .config import AppConfig, ClientSource, McpSource, OpenAIEngines, SimEngines
 from .errors import BadRequest, Conflict, NotFound
 from .records import TurnMeta
+from .response_inputs import CONTINUE, Reading, context, media, read, text
+from .response_models import (
+    AllowedToolsChoice,
+    FunctionCallOutputItem,
+    McpApprovalResponseItem,
+    MessageItem,
+    ResponseCreate,
+)
 from .turns import ApprovalPost, TurnPost
 
 RESPONSE_ID = re.compile(r"^resp_(\d{1,3}-[0-9a-f]{16})_(\d{1,6})$")
 NEVER_FROM_CLIENTS = ("server_url", "headers", "authorization", "connector_id")  # the server picks what it reaches
+HOSTED = ("mcp", "function")  # tool types this server runs; any other is refused or dropped (``Terms.unhosted``)
+SAMPLING = {"temperature": 0.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_logprobs": 0}
 
-
-class ResponseCreate(BaseModel):
-    """``POST /v1/responses``. Unknown parameters are kept (``extra``) only to be refused by name."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    model: str = Field(min_length=1, max_length=128, description="a served method (specagent, strong) or an "
-                       "alias the profile maps to one")
-    input: str | list[dict[str, Any]] = Field(description="a user message, or a list of input items: messages, "
-                                              "function_call_output, mcp_approval_response")
-    instructions: str | None = Field(None, max_length=20000, description="the agent's role and policy")
-    tools: list[dict[str, Any]] | None = Field(None, max_length=128, description="one MCP server "
-                                               "(server_label) or function tools")
-    previous_response_id: str | None = Field(None, max_length=64, description="continue that conversation")
-    stream: StrictBool = False
-    background: StrictBool = False
-    store: StrictBool | None = None
-    metadata: dict[str, str] | None = Field(None, max_length=16)
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: StrictBool | None = None
-
-    def refused(self) -> str | None:
-        """Why this server cannot honour the request as asked, or None."""
-        extra = sorted(self.model_extra or {})
-        if extra:
-            return f"unsupported parameter{'s' if len(extra) > 1 else ''}: {', '.join(extra)}"
-        if self.store is False:
-            return "store: false is not supported: a conversation's state is its session log"
-        if self.tool_choice not in (None, "auto"):
-            return "tool_choice: only 'auto' is supported (the agent, checked by the verifier, picks its tools)"
-        if any(len(k) > 64 or len(v) > 512 for k, v in (self.metadata or {}).items()):
-            return "metadata: keys up to 64 characters, values up to 512"
-        return None
+__all__ = ["ResponseCreate", "Terms", "create_request", "turn_post", "applied", "meta"]
 
 
 @dataclass(frozen=True)
 class Terms:
-    """What the Responses API of this server offers: its models and its tool sources."""
+    """What the Responses API of this server offers: its models, its tool sources, what it does with a
+    tool type it does not host, and whether its engines read only text (then an image is refused)."""
 
     methods: tuple[str, ...]
     aliases: Mapping[str, str]
     mcp: tuple[str, ...]
     function_source: str | None
+    unhosted: Literal["refuse", "drop"] = "refuse"
+    text_only_model: str | None = None  # the model an image or a file is refused for, if the engines read text only
 
     @classmethod
     def of(cls, cfg: AppConfig) -> Terms | None:
@@ -83,14 +66,16 @@ class Terms:
         mcp = tuple(n for n, s in cfg.tool_sources.items() if isinstance(s, McpSource))
         if isinstance(cfg.engines, SimEngines) or not (mcp or clients):
             return None
-        return cls(tuple(cfg.methods), dict(cfg.gateway.model_aliases), mcp, clients[0] if clients else None)
+        text_only = cfg.engines.verifier.model if isinstance(cfg.engines, OpenAIEngines) else None
+        return cls(tuple(cfg.methods), dict(cfg.gateway.model_aliases), mcp, clients[0] if clients else None,
+                   cfg.gateway.unhosted_tools, text_only)
 
     def method(self, model: str) -> str:
         """The method ``model`` names (400 for a name that is neither a method nor an alias)."""
         method = self.aliases.get(model, model)
         if method not in METHODS:
             known = ", ".join([*self.methods, *self.aliases])
-            raise BadRequest(f"unknown model {model!r}; this server serves: {known}")
+            raise BadRequest(f"unknown model {model!r}; this server serves: {known}", "model", "model_not_found")
         return method
 
 
@@ -106,67 +91,138 @@ def parse_response_id(rid: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
-def meta(body: ResponseCreate, created_at: int) -> TurnMeta:
-    return TurnMeta(model=body.model, metadata=body.metadata or {}, background=body.background,
-                    created_at=created_at, tools=body.tools or [])
+def refused(body: ResponseCreate) -> None:
+    """400 for what no server of this kind does: stored prompts and server-side conversations."""
+    if body.prompt is not None:
+        raise BadRequest("prompt: this server keeps no stored prompt templates; send instructions and input",
+                         "prompt", "unsupported_parameter")
+    if body.conversation is not None:
+        raise BadRequest("conversation: this server has no Conversations API yet; continue with "
+                         "previous_response_id or replay the history in input", "conversation", "unsupported_parameter")
+
+
+def applied(body: ResponseCreate, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """The response object's fields that say what was applied of ``body``. Sampling: the engines decode
+    greedily (temperature 0) whatever was asked; an action holds one tool call (no parallel calls);
+    nothing is truncated; the final message is text; reasoning settings are not passed on."""
+    choice = body.tool_choice if body.tool_choice == "none" or _allowed_choice(body.tool_choice) else "auto"
+    choice = choice.model_dump(mode="json", exclude_none=True) if isinstance(choice, AllowedToolsChoice) else choice
+    return {**SAMPLING, "tool_choice": choice, "parallel_tool_calls": False, "truncation": "disabled",
+            "text": {"format": {"type": "text"}}, "reasoning": None, "max_output_tokens": None,
+            "max_tool_calls": None, "service_tier": "default", "safety_identifier": body.safety_identifier,
+            "prompt_cache_key": body.prompt_cache_key, "user": body.user, "tools": tools}
+
+
+def meta(body: ResponseCreate, created_at: int, tools: list[dict[str, Any]]) -> TurnMeta:
+    return TurnMeta(model=body.model, metadata=body.metadata or {}, background=bool(body.background),
+                    created_at=created_at, tools=tools, store=body.store is not False, echo=applied(body, tools))
 
 
 # -- a new conversation ----------------------------------------------------------------------------------
 
-def create_request(body: ResponseCreate, terms: Terms) -> CreateSession:
-    """The session a first response starts (400 naming whatever this server cannot do)."""
-    why = body.refused()
-    if why is not None:
-        raise BadRequest(why)
-    source, client_tools, allowed, approval = tools_of(body.tools or [], terms)
-    messages = [i for i in inputs(body.input) if isinstance(i, UserMessage)]
-    if len(messages) != len(inputs(body.input)) or not messages:
-        raise BadRequest("a new conversation's input is user messages only (function_call_output and "
-                         "mcp_approval_response continue one: send previous_response_id)")
-    return _validated(CreateSession, tool_source=source, message="\n\n".join(m.text for m in messages),
-                      user="client", method=terms.method(body.model), client_tools=client_tools,
-                      instructions=body.instructions, allowed_tools=allowed, approval=approval)
+def create_request(body: ResponseCreate, terms: Terms, reading: Reading | None = None) -> CreateSession:
+    """The session a first response starts (400 naming whatever this server cannot do). Its input's
+    history (everything up to the agent's last item) and any function call outputs or approval answers
+    are context; the user messages after the history open the session."""
+    refused(body)
+    reading = reading if reading is not None else read_input(body)
+    _media(reading, terms)
+    source, client_tools, allowed, approval = tools_of(body, terms)
+    users = [i for i in reading.new if isinstance(i, MessageItem)]
+    opening = "\n\n".join(t for i in users if (t := text(i.content)))
+    earlier = [*reading.history, *(i for i in reading.new if not isinstance(i, MessageItem))]
+    return _validated(CreateSession, tool_source=source, message=opening or CONTINUE, user="client",
+                      method=terms.method(body.model), client_tools=client_tools,
+                      instructions=instructions_of(body, reading), allowed_tools=allowed, approval=approval,
+                      context=context(earlier))
 
 
-def tools_of(tools: list[dict[str, Any]], terms: Terms) -> tuple[str, list[ClientTool], list[str] | None,
-                                                                   Approval | None]:
-    """(tool source, function tools, allowed tools, approval rule) of a request's ``tools``."""
+def read_input(body: ResponseCreate) -> Reading:
+    return read([MessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input)
+
+
+def instructions_of(body: ResponseCreate, reading: Reading) -> str | None:
+    """``instructions``, then the system and developer messages of the input, in order."""
+    parts = [p for p in (body.instructions, *reading.instructions) if p]
+    return "\n\n".join(parts) or None
+
+
+def _media(reading: Reading, terms: Terms) -> None:
+    kinds = media([*reading.history, *reading.new])
+    if kinds and terms.text_only_model is not None:
+        raise BadRequest(f"input: {', '.join(kinds)} parts: model {terms.text_only_model!r} takes text only",
+                         "input", "unsupported_content")
+
+
+def echoed_tools(body: ResponseCreate) -> list[dict[str, Any]]:
+    """The tools the agent really has: the request's, less any unhosted type the operator drops."""
+    return [t for t in body.tools or [] if t.get("type") in HOSTED]
+
+
+def tools_of(body: ResponseCreate, terms: Terms) -> tuple[str, list[ClientTool], list[str] | None, Approval | None]:
+    """(tool source, function tools, allowed tools, approval rule) of a request's ``tools`` and
+    ``tool_choice`` (``none`` takes every tool away; ``allowed_tools`` narrows them)."""
+    tools = body.tools or []
+    other = sorted({str(t.get("type")) for t in tools} - set(HOSTED))
+    if other and terms.unhosted == "refuse":
+        raise BadRequest(f"tool type{'s' if len(other) > 1 else ''} {', '.join(other)} not hosted here (this server "
+                         "runs the MCP servers its operator configured, and function tools); an operator can "
+                         "drop such tools with gateway.unhosted_tools: drop", "tools", "unsupported_tool_type")
     mcp = [t for t in tools if t.get("type") == "mcp"]
     functions = [t for t in tools if t.get("type") == "function"]
-    other = sorted({str(t.get("type")) for t in tools} - {"mcp", "function"})
-    if other:
-        raise BadRequest(f"unsupported tool type{'s' if len(other) > 1 else ''}: {', '.join(other)} "
-                         "(this server runs MCP servers its operator configured, and function tools)")
     if mcp and functions or len(mcp) > 1:
-        raise BadRequest("a conversation uses one tool source: one MCP server, or function tools")
+        raise BadRequest("a conversation uses one tool source here: one MCP server, or function tools",
+                         "tools", "unsupported_tool_mix")
+    keep = _kept(body.tool_choice)
     if mcp:
-        return _mcp(mcp[0], terms)
+        source, _, allowed, approval = _mcp(mcp[0], terms)
+        if keep is not None:
+            allowed = [n for n in allowed if n in keep] if allowed is not None else sorted(keep)
+        return source, [], allowed, approval
     if terms.function_source is None:
-        raise BadRequest("this server has no client tool source: function tools (and no tools) need one")
-    return terms.function_source, [_function(t) for t in functions], None, None
+        raise BadRequest("this server has no client tool source: function tools (and no tools) need one", "tools")
+    client = [_function(t) for t in functions]
+    return terms.function_source, [c for c in client if keep is None or c.name in keep], None, None
+
+
+def _allowed_choice(choice: Any) -> bool:
+    return isinstance(choice, AllowedToolsChoice)
+
+
+def _kept(choice: Any) -> set[str] | None:
+    """The tool names ``tool_choice`` keeps: none for ``none``, those ``allowed_tools`` lists, or all (None)."""
+    if choice == "none":
+        return set()
+    if isinstance(choice, AllowedToolsChoice):
+        return {t.name for t in choice.tools if t.name}
+    return None
 
 
 def _mcp(tool: dict[str, Any], terms: Terms) -> tuple[str, list[ClientTool], list[str] | None, Approval | None]:
-    named = [k for k in NEVER_FROM_CLIENTS if k in tool]
+    named = [k for k in NEVER_FROM_CLIENTS if tool.get(k) is not None]
     if named:
         raise BadRequest(f"mcp tool: {', '.join(named)} cannot come from a client; name a server this server's "
-                         f"operator configured by server_label ({', '.join(terms.mcp) or 'none here'})")
-    unknown = sorted(set(tool) - {"type", "server_label", "allowed_tools", "require_approval", "server_description"})
+                         f"operator configured by server_label ({', '.join(terms.mcp) or 'none here'})",
+                         f"tools.{named[0]}", "client_chosen_server")
+    unknown = sorted(set(tool) - {"type", "server_label", "allowed_tools", "require_approval", "server_description",
+                                  *NEVER_FROM_CLIENTS})
     if unknown:
-        raise BadRequest(f"mcp tool: unsupported field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}")
+        raise BadRequest(f"mcp tool: unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
+                         f"tools.{unknown[0]}", "unknown_parameter")
     label = tool.get("server_label")
     if label not in terms.mcp:
         raise BadRequest(f"mcp tool: no MCP server labelled {label!r} here; this server offers: "
-                         f"{', '.join(terms.mcp) or 'none'}")
-    return label, [], _allowed(tool.get("allowed_tools")), approval_of(tool.get("require_approval", "never"))
+                         f"{', '.join(terms.mcp) or 'none'}", "tools.server_label", "mcp_server_not_found")
+    return label, [], _allowed(tool.get("allowed_tools")), approval_of(tool.get("require_approval") or "never")
 
 
 def _allowed(allowed: Any) -> list[str] | None:
     if allowed is None or isinstance(allowed, list):
         return allowed
-    if isinstance(allowed, dict) and set(allowed) <= {"tool_names"}:
+    if isinstance(allowed, dict) and set(allowed) <= {"tool_names", "read_only"} and not allowed.get("read_only"):
         return allowed.get("tool_names")
-    raise BadRequest("mcp tool: allowed_tools is a list of tool names or {tool_names: [...]} here")
+    raise BadRequest("mcp tool: allowed_tools is a list of tool names or {tool_names: [...]} here",
+                     "tools.allowed_tools")
 
 
 def approval_of(rule: Any) -> Approval | None:
@@ -178,11 +234,13 @@ def approval_of(rule: Any) -> Approval | None:
     if rule == "always":
         return Approval()
     if not isinstance(rule, dict) or not set(rule) <= {"always", "never"}:
-        raise BadRequest("mcp tool: require_approval is 'always', 'never' or {always: {tool_names}, never: {...}}")
+        raise BadRequest("mcp tool: require_approval is 'always', 'never' or {always: {tool_names}, never: {...}}",
+                         "tools.require_approval")
     sides = {side: rule.get(side) or {} for side in ("always", "never")}
     for side, names in sides.items():
         if not isinstance(names, dict) or not set(names) <= {"tool_names"}:
-            raise BadRequest(f"mcp tool: require_approval.{side} takes tool_names only (reads never wait here)")
+            raise BadRequest(f"mcp tool: require_approval.{side} takes tool_names only (reads never wait here)",
+                             "tools.require_approval")
     always = sides["always"].get("tool_names")
     return _validated(Approval, tools=always if "always" in rule else None,
                       exempt=sides["never"].get("tool_names") or [])
@@ -192,69 +250,53 @@ def _function(tool: dict[str, Any]) -> ClientTool:
     """A function tool: WRITE unless it says ``read_only: true`` and the server trusts its client source."""
     unknown = sorted(set(tool) - {"type", "name", "description", "parameters", "strict", "read_only"})
     if unknown:
-        raise BadRequest(f"function tool: unsupported field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}")
+        raise BadRequest(f"function tool: unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
+                         f"tools.{unknown[0]}", "unknown_parameter")
     fields = {k: tool[k] for k in ("name", "description", "read_only") if tool.get(k) is not None}
     return _validated(ClientTool, **fields, **({"parameters": tool["parameters"]} if tool.get("parameters") else {}))
 
 
 # -- a continuation ---------------------------------------------------------------------------------------
 
-def turn_post(body: ResponseCreate, previous: int, request: CreateSession, terms: Terms, created_at: int) -> TurnPost:
-    """The next turn of a conversation whose session was created with ``request``."""
-    why = body.refused()
-    if why is not None:
-        raise BadRequest(why)
+def turn_post(body: ResponseCreate, previous: int, request: CreateSession, terms: Terms, created_at: int,
+              new: Sequence[Any] | None = None) -> TurnPost:
+    """The next turn of a conversation whose session was created with ``request``; ``new``: its new
+    input items (all of ``input`` unless a replay's history was read off)."""
+    refused(body)
+    reading = read_input(body)
+    if new is None:
+        if reading.history:
+            raise BadRequest("input: past output items with previous_response_id: send only the new items "
+                             "(the conversation has its history), or replay the whole history without it", "input")
+        new = reading.new
+    _media(reading, terms)
     if terms.method(body.model) != request.method:
-        raise Conflict(f"a conversation keeps its model: this one runs {request.method!r}")
-    if body.instructions is not None and body.instructions != request.instructions:
-        raise Conflict("a conversation keeps its instructions: omit them, or send the same")
+        raise Conflict(f"a conversation keeps its model: this one runs {request.method!r}", "model")
+    said = instructions_of(body, reading)
+    if said is not None and said != request.instructions:
+        raise Conflict("a conversation keeps its instructions: omit them, or send the same", "instructions")
     if body.tools is not None:
-        source, client_tools, allowed, approval = tools_of(body.tools, terms)
-        if (source, client_tools, allowed, approval) != (request.tool_source, request.client_tools,
-                                                         request.allowed_tools, request.approval):
-            raise Conflict("a conversation keeps its tools: omit them, or send the same")
-    return _validated(TurnPost, previous=previous, inputs=inputs(body.input), meta=meta(body, created_at))
+        if tools_of(body, terms) != (request.tool_source, request.client_tools, request.allowed_tools,
+                                     request.approval):
+            raise Conflict("a conversation keeps its tools: omit them, or send the same", "tools")
+    inputs = [x for x in (_input(i) for i in new) if x is not None]
+    if not inputs:
+        raise BadRequest("input: nothing new to continue with (a user message, function_call_output or "
+                         "mcp_approval_response)", "input")
+    return _validated(TurnPost, previous=previous, inputs=inputs,
+                      meta=meta(body, created_at, echoed_tools(body)))
 
 
-def inputs(given: str | list[dict[str, Any]]) -> list[UserMessage | ToolResult | ApprovalPost]:
-    """The input items as the session takes them (400 naming an item kind this server does not take)."""
-    if isinstance(given, str):
-        return [_validated(UserMessage, text=given)]
-    return [_item(item, i) for i, item in enumerate(given)]
-
-
-FIELDS = {"message": {"type", "role", "content"}, "function_call_output": {"type", "call_id", "output"},
-          "mcp_approval_response": {"type", "approval_request_id", "approve", "reason"}}
-
-
-def _item(item: dict[str, Any], i: int) -> UserMessage | ToolResult | ApprovalPost:
-    kind = item.get("type", "message")
-    if not isinstance(kind, str):
-        raise BadRequest(f"input[{i}]: type is a string")
-    unknown = sorted(set(item) - FIELDS.get(kind, set(item)))
-    if unknown:
-        raise BadRequest(f"input[{i}]: unsupported field{'s' if len(unknown) > 1 else ''} of a {kind}: "
-                         f"{', '.join(unknown)}")
-    if kind == "message" and item.get("role") == "user":
-        return _validated(UserMessage, text=_text(item.get("content"), i))
-    if kind == "message":
-        raise BadRequest(f"input[{i}]: only user messages are taken (put the agent's role in instructions)")
-    if kind == "function_call_output":
-        return _validated(ToolResult, call_id=item.get("call_id"), content=_text(item.get("output"), i))
-    if kind == "mcp_approval_response":
-        return _validated(ApprovalPost, approval_request_id=item.get("approval_request_id"),
-                          approve=item.get("approve"), reason=item.get("reason"))
-    raise BadRequest(f"input[{i}]: item type {kind!r} is not taken here (send previous_response_id rather than "
-                     "past output items)")
-
-
-def _text(content: Any, i: int) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and set(p) == {"type", "text"}
-                                         and p["type"] == "input_text" and isinstance(p["text"], str) for p in content):
-        return "".join(p["text"] for p in content)
-    raise BadRequest(f"input[{i}]: content is a string or a list of input_text parts")
+def _input(item: Any) -> UserMessage | ToolResult | ApprovalPost | None:
+    if isinstance(item, MessageItem):
+        said = text(item.content)
+        return _validated(UserMessage, text=said) if said else None
+    if isinstance(item, FunctionCallOutputItem):
+        return _validated(ToolResult, call_id=item.call_id, content=text(item.output))
+    if isinstance(item, McpApprovalResponseItem):
+        return _validated(ApprovalPost, approval_request_id=item.approval_request_id, approve=item.approve,
+                          reason=item.reason)
+    return None
 
 
 def _validated(model: type[BaseModel], **fields: Any) -> Any:
@@ -265,59 +307,3 @@ def _validated(model: type[BaseModel], **fields: Any) -> Any:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or model.__name__
         raise BadRequest(f"{model.__name__.lower()}: {where}: {first['msg']}") from None
-
-
-# -- the published schema ---------------------------------------------------------------------------------
-
-def create_schema(terms: Terms) -> dict[str, Any]:
-    """``POST /v1/responses``'s body as this server takes it: every body the schema allows is one it can
-    run (or answers 403, 404, 409, 413 or 429 for reasons no schema can see), in two alternatives, a new
-    conversation and a continuation. Function tools (whose ``parameters`` are a client's JSON Schema,
-    checked as ``ClientTool`` does) and ``allowed_tools`` (which names only the server's catalog knows)
-    are taken but not published; a server without a client source needs one MCP tool."""
-    text = {"type": "string", "minLength": 1, "maxLength": 20000}
-    part = {"type": "object", "required": ["type", "text"], "additionalProperties": False,
-            "properties": {"type": {"const": "input_text"}, "text": text}}
-    message = {"type": "object", "required": ["role", "content"], "additionalProperties": False, "properties": {
-        "type": {"const": "message"}, "role": {"const": "user"},
-        "content": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 1, "items": part}]}}}
-    output = {"type": "object", "required": ["type", "call_id", "output"], "additionalProperties": False,
-              "properties": {"type": {"const": "function_call_output"},
-                             "call_id": {"type": "string", "minLength": 1, "maxLength": 200},
-                             "output": {"type": "string", "maxLength": 100_000}}}
-    answer = {"type": "object", "required": ["type", "approval_request_id", "approve"], "additionalProperties": False,
-              "properties": {"type": {"const": "mcp_approval_response"},
-                             "approval_request_id": {"type": "string", "minLength": 1, "maxLength": 200},
-                             "approve": {"type": "boolean"}, "reason": {"type": ["string", "null"], "maxLength": 2000}}}
-    names = {"type": "array", "maxItems": 128,
-             "items": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": TOOL_NAME}}
-    rule = {"anyOf": [{"enum": ["always", "never"]}, {"type": "object", "additionalProperties": False, "properties": {
-        side: {"type": "object", "additionalProperties": False, "properties": {"tool_names": names}}
-        for side in ("always", "never")}}]}
-    mcp = {"type": "object", "required": ["type", "server_label"], "additionalProperties": False, "properties": {
-        "type": {"const": "mcp"}, "server_label": {"enum": list(terms.mcp)}, "require_approval": rule,
-        "server_description": {"type": "string", "maxLength": 2000}}}
-    tools = {"type": "array", "minItems": 0 if terms.function_source else 1, "maxItems": 1, "items": mcp}
-    common = {
-        "model": {"enum": [*terms.methods, *terms.aliases]},
-        "instructions": {"type": ["string", "null"], "maxLength": 20000},
-        "stream": {"type": "boolean"}, "background": {"type": "boolean"}, "store": {"enum": [True, None]},
-        "metadata": {"type": ["object", "null"], "maxProperties": 16, "propertyNames": {"maxLength": 64},
-                     "additionalProperties": {"type": "string", "maxLength": 512}},
-        "tool_choice": {"enum": ["auto", None]}, "parallel_tool_calls": {"type": ["boolean", "null"]},
-        "tools": tools}
-    first = {"type": "object", "title": "a new conversation", "additionalProperties": False,
-             "required": ["model", "input", *([] if terms.function_source else ["tools"])],
-             "properties": {**common, "previous_response_id": {"type": "null"},
-                            "input": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 1, "items": message}]}}}
-    pattern = RESPONSE_ID.pattern
-    more = {"type": "object", "title": "a continuation", "additionalProperties": False,
-            "required": ["model", "input", "previous_response_id"],
-            "properties": {**common, "previous_response_id": {"type": "string", "pattern": pattern},
-                           "input": {"anyOf": [text, {"type": "array", "minItems": 1, "maxItems": 16,
-                                                      "items": {"anyOf": [message, output, answer]}}]}}}
-    return {"title": "ResponseCreate", "anyOf": [first, more]}
-
-
-def sse(event: dict[str, Any]) -> str:
-    return f"event: {event['type']}\ndata: {json.dumps(event, default=str)}\n\n"

@@ -22,19 +22,33 @@ from fastapi import FastAPI, Query, Request
 from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import TypeAdapter
 
 from .api import CreateSession
 from .config import GatewayConfig
-from .errors import RESPONSES, ApiError, Conflict, NotFound, documented, error_body
-from .response_items import ended, input_items, item_events, lifecycle, response, turn_start
+from .errors import RESPONSES, ApiError, BadRequest, Conflict, NotFound, documented, error_body
+from .response_inputs import continues, session_of
+from .response_items import (
+    all_items,
+    ended,
+    hidden,
+    input_items,
+    item_events,
+    lifecycle,
+    output_ids,
+    response,
+    sse,
+    turn_start,
+)
+from .response_models import InputItem, ItemReference, ResponseCreate
+from .response_schema import create_schema
 from .responses import (
-    ResponseCreate,
     Terms,
     create_request,
-    create_schema,
+    echoed_tools,
     meta,
     parse_response_id,
-    sse,
+    read_input,
     turn_post,
 )
 
@@ -45,6 +59,7 @@ RESPONSE = "$response.body#/id"
 EVENT = {"type": "object", "required": ["data", "event"], "properties": {  # one server-sent event of a stream
     "data": {"type": "string", "contentMediaType": "application/json", "description": "the event, with its "
              "type and sequence_number"}, "event": {"type": "string", "description": "the event's type"}}}
+ITEM: TypeAdapter[Any] = TypeAdapter(InputItem)
 LINKS = {name: {"operationId": op, "parameters": {"rid": RESPONSE}} for name, op in (
     ("GetResponse", "get_response"), ("CancelResponse", "cancel_response"), ("DeleteResponse", "delete_response"),
     ("InputItems", "list_input_items"))}
@@ -65,9 +80,11 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return documented(*KEYED, *statuses, body_schema="OpenAIError")
 
 
-def error_response(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(request: Request, status: int, message: str, headers: dict[str, str] | None = None,
+                   param: str | None = None, code: str | None = None) -> JSONResponse:
     """An error's answer, its body in the shape of the route's API (``errors.error_body``)."""
-    return JSONResponse(error_body(request.url.path, status, message), status_code=status, headers=headers)
+    return JSONResponse(error_body(request.url.path, status, message, param, code), status_code=status,
+                        headers=headers)
 
 
 def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg: GatewayConfig, terms: Terms) -> None:
@@ -80,7 +97,8 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
     def openapi() -> dict[str, Any]:
         spec = default_openapi()
         schemas = spec["components"]["schemas"]
-        schemas["OpenAIError"], schemas["ResponseCreate"] = OPENAI_ERROR, create_schema(terms)
+        schemas["OpenAIError"], (schemas["ResponseCreate"], defs) = OPENAI_ERROR, create_schema(terms)
+        schemas.update(defs)
         return spec
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -92,7 +110,9 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
             return await request_validation_exception_handler(request, exc)
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"] if p != "body")
-        return error_response(request, 400, f"{where}: {first['msg']}")
+        if first["type"] == "extra_forbidden":  # a field no specification has: refused by name, as OpenAI does
+            return error_response(request, 400, f"unknown parameter: {where}", param=where, code="unknown_parameter")
+        return error_response(request, 400, f"{where}: {first['msg']}", param=where or None, code="invalid_value")
 
     created_records: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()  # (tenant, session): immutable
 
@@ -135,10 +155,56 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                 return
             seen += await records(sid, who, start + len(seen), whole)
 
+    async def visible(sid: str, n: int, who: str) -> list[dict[str, Any]]:
+        """The session's records, where response ``n`` can be retrieved (404 for one that never was, and
+        for one asked with ``store: false``)."""
+        seen = await records(sid, who)
+        if hidden(seen, n):
+            raise NotFound(f"no response {n} in this conversation (it was not stored)")
+        return seen
+
     async def stored(sid: str, n: int, who: str) -> dict[str, Any]:
         """Response ``n`` as it stands now (404 for one that never was)."""
-        seen = await records(sid, who)
+        seen = await visible(sid, n, who)
         return response(seen[0], seen[turn_start(seen, n):], sid, n, label(seen[0]))
+
+    async def resolved(body: ResponseCreate, who: str) -> ResponseCreate:
+        """``body`` with each ``item_reference`` replaced by the tenant's own item it names (404 for any
+        other: an id of another tenant's conversation is one that does not exist)."""
+        if isinstance(body.input, str) or not any(isinstance(i, ItemReference) for i in body.input):
+            return body
+        out = []
+        for item in body.input:
+            if isinstance(item, ItemReference):
+                sid = session_of(item.id)
+                seen = await records(sid, who) if sid else []
+                found = all_items(seen, sid, label(seen[0])).get(item.id) if seen else None
+                if found is None:
+                    raise NotFound(f"no item {item.id!r}", "input")
+                item = ITEM.validate_python(found)
+            out.append(item)
+        return body.model_copy(update={"input": out})
+
+    async def replayed(body: ResponseCreate, who: str) -> tuple[str, int, list[Any]] | None:
+        """(session, its latest turn, the new input) where ``body`` replays a session of the tenant's own
+        and continues it; None where it starts a new one (no replay, or a replay of an earlier point)."""
+        reading = read_input(body)
+        sids = sorted(reading.sessions())
+        if len(sids) > 8:
+            raise BadRequest("input: items of more than 8 conversations", "input")
+        histories = {sid: await records(sid, who) for sid in sids}  # 404 for a session not the tenant's
+        if len(sids) != 1:
+            return None
+        seen = histories[sids[0]]
+        if not continues(reading, output_ids(seen, sids[0], label(seen[0]))):
+            return None
+        return sids[0], sum(r["t"] == "turn" for r in seen), list(reading.new)
+
+    async def respond(sid: str, post: Any, who: str, body: ResponseCreate, key: str | None) -> tuple[int, int, Any]:
+        wait = 0.0 if body.stream or body.background else cfg.events_wait_s  # one call: store, run, answer
+        out = await coordinator("respond", sid, post, owner=who, idempotency_key=key, retry=key is not None,
+                                wait_s=wait)
+        return out["turn"], out["start"], out.get("events")
 
     async def stream(sid: str, n: int, start: int, who: str) -> AsyncIterator[str]:
         number = 0
@@ -180,18 +246,22 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
     async def create_response(body: ResponseCreate, who: str = tenant, idempotency_key: str | None = key) -> Any:
         """A response: the next turn of an agent conversation (a new one without ``previous_response_id``)."""
         now, retry = int(time.time()), idempotency_key is not None
-        if body.previous_response_id is None:
+        body = await resolved(body, who)
+        own = await replayed(body, who) if body.previous_response_id is None else None
+        if body.previous_response_id is None and own is None:
             out = await coordinator("create", create_request(body, terms), owner=who, idempotency_key=idempotency_key,
-                                    turn=meta(body, now), retry=retry)
+                                    turn=meta(body, now, echoed_tools(body)), retry=retry)
             sid, n, start, given = out["session_id"], 0, 0, None
         else:
-            sid, previous = parse_response_id(body.previous_response_id)
+            if own is None:
+                sid, previous = parse_response_id(body.previous_response_id or "")
+                await visible(sid, previous, who)
+                new = None
+            else:
+                sid, previous, new = own
             request = CreateSession.model_validate((await created(sid, who))["request"])
-            post = turn_post(body, previous, request, terms, now)
-            wait = 0.0 if body.stream or body.background else cfg.events_wait_s  # one call: store, run, answer
-            out = await coordinator("respond", sid, post, owner=who, idempotency_key=idempotency_key, retry=retry,
-                                    wait_s=wait)
-            n, start, given = out["turn"], out["start"], out.get("events")
+            post = turn_post(body, previous, request, terms, now, new)
+            n, start, given = await respond(sid, post, who, body, idempotency_key)
         if body.stream:
             return ResponseEvents(stream(sid, n, start, who), headers={"Cache-Control": "no-cache"})
         async for snap in follow(sid, n, start, who, whole=not body.background, given=given):
@@ -231,7 +301,7 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                                after: str | None = Query(None, max_length=200)) -> dict[str, Any]:
         """The items the client sent in this response's request, newest first unless ``order=asc``."""
         sid, n = parse_response_id(rid)
-        items = input_items(await records(sid, who), sid, n)
+        items = input_items(await visible(sid, n, who), sid, n)
         items = items[::-1] if order == "desc" else items
         ids = [i["id"] for i in items]
         start = ids.index(after) + 1 if after in ids else 0

@@ -681,7 +681,7 @@ async def test_model_engines_judge_the_exact_ablation_with_the_same_verifier_pro
                             verifier=Endpoint(url="http://127.0.0.1:9/v1", model="v"))
     client = OpenAIEngineClient(engines, CoordinatorConfig(batch_window_ms=1), {})
     client.verifier = Backend()  # what the verifier endpoint is asked
-    session = types.SimpleNamespace(id="s1", outside=contextlib.nullcontext, request=types.SimpleNamespace(instructions=None))
+    session = types.SimpleNamespace(id="s1", outside=contextlib.nullcontext, request=types.SimpleNamespace(instructions=None, context=None))
     catalog = Catalog({"lookup": {"type": "object", "properties": {}}}, {"lookup": Effect.READ}, "Be careful.")
     _, _, judge = client.models(session, catalog)  # type: ignore[arg-type]
     assert isinstance(judge, JudgeWithCriteria)
@@ -695,7 +695,7 @@ async def test_model_engines_judge_the_exact_ablation_with_the_same_verifier_pro
     assert semantic[0]["content"].startswith("You are a customer service agent")  # no instructions: the default
     client.verifier = Backend()
     told = types.SimpleNamespace(id="s2", outside=contextlib.nullcontext,
-                                 request=types.SimpleNamespace(instructions="You are a careful bank teller."))
+                                 request=types.SimpleNamespace(instructions="You are a careful bank teller.", context=None))
     _, _, judge = client.models(told, catalog)  # type: ignore[arg-type]
     await judge.verify(History(Task("t", "hi")), block)
     system = client.verifier.requests[0][0]["content"]

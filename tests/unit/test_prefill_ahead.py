@@ -49,7 +49,7 @@ def client(prefill_ahead=True, send_priority=True, kv_tokens=None, shards=1):
 
 def session(sid="s1"):
     return types.SimpleNamespace(id=sid, outside=contextlib.nullcontext, ledger=Ledger(),
-                                 request=types.SimpleNamespace(instructions=None))
+                                 request=types.SimpleNamespace(instructions=None, context=None))
 
 
 CATALOG = Catalog({"lookup": {"type": "object", "properties": {}}, "book": {"type": "object", "properties": {}}},
