@@ -11,8 +11,10 @@ user message (the opening, or the reply to the agent's last message), one step p
     say TEXT                               a message to the user (it ends the agent's turn)
     stop                                   the agent ends the session
 
-A message that holds no plan is answered ``say ok``; after the plan's last step the agent says
-"Done." Every call's usage is a fixed, labelled figure (``SCRIPTED_USAGE``), never a measurement.
+A message that holds no plan gets the default plan: where the session has function tools, call the
+first one once with arguments that its schema accepts (``example_arguments``), then ``say ok``;
+without function tools, ``say ok``. After the plan's last step the agent says "Done." Every call's usage
+is a fixed, labelled figure (``SCRIPTED_USAGE``), never a measurement.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..protocol.types import Action, ActionKind, History, Proposal, Review, Step, Usage, Verdict
 
@@ -35,15 +38,49 @@ class PlanStep:
     drafted: Action
 
 
-def parse_plan(text: str) -> list[PlanStep]:
-    """The plan a user message holds; ``[say ok]`` if it holds none. Raises nothing: a line that is not
+OK = PlanStep(Action.message("ok"), Action.message("ok"))
+
+
+def parse_plan(text: str, default: Sequence[PlanStep] = (OK,)) -> list[PlanStep]:
+    """The plan a user message holds; ``default`` if it holds none. Raises nothing: a line that is not
     a step makes the whole message no plan."""
     lines = [part.strip() for line in text.splitlines() for part in line.split(";") if part.strip()]
     try:
         steps = [_step(line) for line in lines]
     except ValueError:
         steps = []
-    return steps or [PlanStep(Action.message("ok"), Action.message("ok"))]
+    return steps or list(default)
+
+
+def default_plan(name: str | None, schema: dict[str, Any] | None) -> tuple[PlanStep, ...]:
+    """The plan of a message without one: call function tool ``name`` (if any) once, then say ok."""
+    if name is None:
+        return (OK,)
+    call = Action.tool(name, **example_arguments(schema or {}))
+    return PlanStep(call, call), OK
+
+
+def example_arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    """Arguments an object schema accepts: each required property at its first enum value, its const,
+    or a plain value of its type."""
+    props = schema.get("properties") or {}
+    return {k: _example(props.get(k) or {}) for k in schema.get("required") or []}
+
+
+def _example(schema: dict[str, Any]) -> Any:
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    kind = next((k for k in kind if k != "null"), "string") if isinstance(kind, list) else kind
+    if kind == "object":
+        return example_arguments(schema)
+    plain = {"integer": 1, "number": 1, "boolean": True, "array": [], "null": None}
+    if kind in plain:
+        return plain[kind]
+    low = schema.get("minLength") or 0
+    return ("example" + "x" * low)[: max(low, 7)] if not schema.get("maxLength") else "x" * max(low, 1)
 
 
 def _step(line: str) -> PlanStep:
@@ -69,12 +106,12 @@ def _call(name: str, arguments: str) -> Action:
     return Action.tool(name, **parsed)
 
 
-def position(history: History) -> tuple[list[PlanStep], int]:
+def position(history: History, default: Sequence[PlanStep] = (OK,)) -> tuple[list[PlanStep], int]:
     """The plan in force (the latest user message) and how many of its steps the history has taken."""
     steps = history.steps
     last = max((i for i, s in enumerate(steps) if s.action.kind is ActionKind.MESSAGE and s.observation), default=-1)
     text = steps[last].observation.content if last >= 0 else history.task.instruction  # type: ignore[union-attr]
-    return parse_plan(text), len(steps) - last - 1
+    return parse_plan(text, default), len(steps) - last - 1
 
 
 def _at(plan: list[PlanStep], i: int) -> PlanStep:
@@ -85,11 +122,11 @@ def _at(plan: list[PlanStep], i: int) -> PlanStep:
 class PlanPolicy:
     """The protocol's ``Policy``: the plan's next step, as the weak model drafts it or the strong one writes it."""
 
-    def __init__(self, role: str):
-        self.role = role
+    def __init__(self, role: str, default: Sequence[PlanStep] = (OK,)):
+        self.role, self.default = role, default
 
     async def propose(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> Proposal:
-        plan, done = position(history)
+        plan, done = position(history, self.default)
         step = _at(plan, done + len(draft))
         return Proposal(step.drafted if self.role == "weak" else step.intended, SCRIPTED_USAGE[self.role])
 
@@ -98,8 +135,11 @@ class PlanVerifier:
     """The protocol's ``Verifier``: accepts the block up to the first step that is not the plan's, and
     repairs that step with the plan's own (a fused repair)."""
 
+    def __init__(self, default: Sequence[PlanStep] = (OK,)):
+        self.default = default
+
     async def verify(self, history: History, block: Sequence[Step]) -> Review:
-        plan, done = position(history)
+        plan, done = position(history, self.default)
         for j, step in enumerate(block):
             intended = _at(plan, done + j).intended
             if not step.action.same_as(intended):
@@ -116,8 +156,11 @@ class PlanEngineClient:
 
         self.priority = ProgramPriority()  # nothing waits on an engine; its waits stay empty
 
-    def models(self, session: object, catalog: object) -> tuple[PlanPolicy, PlanPolicy, PlanVerifier]:
-        return PlanPolicy("weak"), PlanPolicy("strong"), PlanVerifier()
+    def models(self, session: Any, catalog: object) -> tuple[PlanPolicy, PlanPolicy, PlanVerifier]:
+        functions = session.request.client_tools
+        first = functions[0] if functions else None
+        default = default_plan(first.name if first else None, first.parameters if first else None)
+        return PlanPolicy("weak", default), PlanPolicy("strong", default), PlanVerifier(default)
 
     def queued(self) -> int:
         return 0

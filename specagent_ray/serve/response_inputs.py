@@ -111,8 +111,10 @@ def text(content: Any) -> str:
 
 def media(items: Sequence[Any]) -> list[str]:
     """The kinds of non-text parts in ``items`` (``input_image``, ``input_file``)."""
-    kinds = {p.type for i in items for p in (getattr(i, "content", None) or getattr(i, "output", None) or [])
-             if not isinstance(p, str) and p.type in ("input_image", "input_file")}
+    parts = [i.content if isinstance(i, MessageItem) else i.output for i in items
+             if isinstance(i, MessageItem | FunctionCallOutputItem)]
+    kinds = {p.type for content in parts if not isinstance(content, str) for p in content
+             if isinstance(p, InputImage | InputFile)}
     return sorted(kinds)
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+
+from .api import json_integer
 
 TEXT = 100_000  # characters of one text, any item
 ITEMS = 256  # items in one request's input
@@ -255,6 +257,8 @@ class ResponseCreate(Spec):
     safety_identifier: Annotated[str, Field(max_length=256)] | None = None
     user: Annotated[str, Field(max_length=256)] | None = None
     prompt: Loose | None = None
+
+    _integers = field_validator("max_tool_calls", "top_logprobs", "max_output_tokens", mode="before")(json_integer)
 
 
 def json_schema() -> dict[str, Any]:

@@ -63,10 +63,10 @@ def _user_input(message: dict[str, Any]) -> dict[str, Any]:
 def _tools(terms: Terms) -> dict[str, Any]:
     names = {"type": "array", "maxItems": 128,
              "items": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": TOOL_NAME}}
-    rule = {"anyOf": [{"enum": ["always", "never"]}, {"type": "object", "additionalProperties": False, "properties": {
+    rule = {"anyOf": [{"enum": ["always", "never", None]}, {"type": "object", "additionalProperties": False, "properties": {
         side: {"type": "object", "additionalProperties": False, "properties": {"tool_names": names}}
         for side in ("always", "never")}}]}
     mcp = {"type": "object", "required": ["type", "server_label"], "additionalProperties": False, "properties": {
         "type": {"const": "mcp"}, "server_label": {"enum": list(terms.mcp)}, "require_approval": rule,
-        "server_description": {"type": "string", "maxLength": 2000}}}
+        "server_description": {"type": ["string", "null"], "maxLength": 2000}}}
     return {"type": "array", "minItems": 0 if terms.function_source else 1, "maxItems": 1, "items": mcp}

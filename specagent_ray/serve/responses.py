@@ -209,11 +209,16 @@ def _mcp(tool: dict[str, Any], terms: Terms) -> tuple[str, list[ClientTool], lis
     if unknown:
         raise BadRequest(f"mcp tool: unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
                          f"tools.{unknown[0]}", "unknown_parameter")
+    described = tool.get("server_description")
+    if described is not None and (not isinstance(described, str) or len(described) > 2000):
+        raise BadRequest("mcp tool: server_description is a string of up to 2000 characters",
+                         "tools.server_description")
     label = tool.get("server_label")
     if label not in terms.mcp:
         raise BadRequest(f"mcp tool: no MCP server labelled {label!r} here; this server offers: "
                          f"{', '.join(terms.mcp) or 'none'}", "tools.server_label", "mcp_server_not_found")
-    return label, [], _allowed(tool.get("allowed_tools")), approval_of(tool.get("require_approval") or "never")
+    return label, [], _allowed(tool.get("allowed_tools")), approval_of("never" if tool.get("require_approval") is None
+                                                                 else tool["require_approval"])
 
 
 def _allowed(allowed: Any) -> list[str] | None:

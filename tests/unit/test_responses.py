@@ -281,3 +281,10 @@ async def test_the_plan_engines_draft_the_weak_variant_and_the_verifier_repairs_
     assert verdict.accepted_prefix == 1 and verdict.repair == Action.tool("transfer", amount=5)
     after = history.commit((read, Step(verdict.repair, Observation("ok"), "strong", Effect.WRITE)))
     assert (await PlanPolicy("weak").propose(after)).action == Action.message("done")
+
+
+def test_a_replayed_reasoning_item_with_content_is_context_and_no_media():
+    """Found by schemathesis: a reasoning item's content parts are dicts, not message parts (it was a 500)."""
+    item = {"type": "reasoning", "content": [{}, {"type": "reasoning_text", "text": "t"}], "summary": []}
+    req = create_request(body(input=[item, {"role": "user", "content": "hi"}]), TERMS)
+    assert req.message == "hi"
