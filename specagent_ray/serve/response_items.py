@@ -109,7 +109,7 @@ def usage(turn: Records) -> dict[str, Any]:
     by_model = {role: {"input_tokens": sum(c["usage"][0] for c in calls if c["role"] == role),
                        "output_tokens": sum(c["usage"][2] for c in calls if c["role"] == role)}
                 for role in ("weak", "strong")}
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": decode,
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": prompt - cached}, "output_tokens": decode,
             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + decode,
             "speculation": {"blocks": len(verdicts), "drafted_steps": drafted, "accepted_steps": accepted,
                             "strong_calls": sum(c["role"] == "strong" and c["purpose"] != "prefill" for c in calls),
@@ -159,6 +159,12 @@ def output_ids(records: Records, sid: str, label: str | None) -> list[str]:
     """The ids of every output item of the session so far, turn by turn."""
     starts = [0] + [i for i, r in enumerate(records) if r["t"] == "turn"]
     return [item["id"] for s in starts for item in output_items(_until_next(records[s:])[0], sid, label)]
+
+
+def history_until(records: Records, sid: str, n: int, label: str | None) -> list[dict[str, Any]]:
+    """The conversation's items up to the end of response ``n``: each turn's input, then its output."""
+    return [i for k in range(n + 1) for i in (*input_items(records, sid, k),
+                                               *output_items(turn_records(records, k), sid, label))]
 
 
 def all_items(records: Records, sid: str, label: str | None) -> dict[str, dict[str, Any]]:

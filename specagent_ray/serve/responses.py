@@ -155,8 +155,11 @@ def _media(reading: Reading, terms: Terms) -> None:
 
 
 def echoed_tools(body: ResponseCreate) -> list[dict[str, Any]]:
-    """The tools the agent really has: the request's, less any unhosted type the operator drops."""
-    return [t for t in body.tools or [] if t.get("type") in HOSTED]
+    """The tools the agent really has: the request's, less any unhosted type the operator drops, each
+    function tool with every field the specification's ``FunctionTool`` has."""
+    return [{"type": "function", "name": t.get("name"), "description": t.get("description"),
+             "parameters": t.get("parameters"), "strict": t.get("strict")} if t.get("type") == "function" else t
+            for t in body.tools or [] if t.get("type") in HOSTED]
 
 
 def tools_of(body: ResponseCreate, terms: Terms) -> tuple[str, list[ClientTool], list[str] | None, Approval | None]:

@@ -32,6 +32,7 @@ from .response_items import (
     all_items,
     ended,
     hidden,
+    history_until,
     input_items,
     item_events,
     lifecycle,
@@ -74,6 +75,12 @@ OPENAI_ERROR = {"title": "OpenAIError", "type": "object", "required": ["error"],
                     "type": "object", "required": ["message", "type"], "properties": {
                         "message": {"type": "string"}, "type": {"type": "string"},
                         "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
+
+
+def error_event(code: str, message: str, param: str | None = None) -> dict[str, Any]:
+    """A stream's ``error`` event: Open Responses nests the error, OpenAI's SDK reads it at the top."""
+    error = {"type": "server_error", "code": code, "message": message, "param": param}
+    return {"type": "error", "code": code, "message": message, "param": param, "error": error}
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -200,6 +207,19 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
             return None
         return sids[0], sum(r["t"] == "turn" for r in seen), list(reading.new)
 
+    async def forked(body: ResponseCreate, who: str) -> ResponseCreate | None:
+        """Where ``previous_response_id`` names a response that is not its conversation's latest: a new
+        conversation's body whose input is the history up to that response (context: nothing in it runs
+        again) and then the new input. None where it names the latest (404 for one that cannot be seen)."""
+        sid, previous = parse_response_id(body.previous_response_id or "")
+        seen = await visible(sid, previous, who)
+        if previous == sum(r["t"] == "turn" for r in seen):
+            return None
+        history = [ITEM.validate_python(i) for i in history_until(seen, sid, previous, label(seen[0]))]
+        new = [ITEM.validate_python({"role": "user", "content": body.input})] if isinstance(body.input, str) \
+            else list(body.input)
+        return body.model_copy(update={"input": [*history, *new], "previous_response_id": None})
+
     async def respond(sid: str, post: Any, who: str, body: ResponseCreate, key: str | None) -> tuple[int, int, Any]:
         wait = 0.0 if body.stream or body.background else cfg.events_wait_s  # one call: store, run, answer
         out = await coordinator("respond", sid, post, owner=who, idempotency_key=key, retry=key is not None,
@@ -229,14 +249,13 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                 if end is not None:
                     yield event(lifecycle(end, snap))
         except ApiError as exc:  # the coordinator went away mid-stream: say so, in the stream's own terms
-            yield event({"type": "error", "code": str(exc.status), "message": exc.message, "param": None})
+            yield event(error_event(str(exc.status), exc.message, exc.param))
         except Exception as exc:  # noqa: BLE001 - the gateway's Unavailable says what to do; nothing else is shown
             unavailable = type(exc).__name__ == "Unavailable"
             if not unavailable:
                 log.error("response stream of session %s failed: %s: %s", sid, type(exc).__name__, exc)
-            yield event({"type": "error", "code": "unavailable" if unavailable else "internal_error",
-                         "message": str(exc) if unavailable else "internal error (logged on the server)",
-                         "param": None})
+            yield event(error_event("unavailable" if unavailable else "internal_error",
+                                    str(exc) if unavailable else "internal error (logged on the server)"))
 
     @app.post("/v1/responses", operation_id="create_response", response_model=None,
               responses={200: {"description": "the response (a JSON object), or its events (stream: true)",
@@ -252,10 +271,13 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
             out = await coordinator("create", create_request(body, terms), owner=who, idempotency_key=idempotency_key,
                                     turn=meta(body, now, echoed_tools(body)), retry=retry)
             sid, n, start, given = out["session_id"], 0, 0, None
+        elif own is None and (fork := await forked(body, who)) is not None:
+            out = await coordinator("create", create_request(fork, terms), owner=who, idempotency_key=idempotency_key,
+                                    turn=meta(body, now, echoed_tools(body)), retry=retry)
+            sid, n, start, given = out["session_id"], 0, 0, None
         else:
             if own is None:
                 sid, previous = parse_response_id(body.previous_response_id or "")
-                await visible(sid, previous, who)
                 new = None
             else:
                 sid, previous, new = own

@@ -107,7 +107,8 @@ def test_unhosted_tool_types_are_refused_unless_the_operator_drops_them():
         create_request(asked, TERMS)
     dropping = Terms(("specagent", "strong"), {"agent": "specagent"}, ("bank",), "app", unhosted="drop")
     assert [t.name for t in create_request(asked, dropping).client_tools] == ["f"]
-    assert echoed_tools(asked) == [{"type": "function", "name": "f"}]
+    assert echoed_tools(asked) == [{"type": "function", "name": "f", "description": None, "parameters": None,
+                                    "strict": None}]
 
 
 def test_system_and_developer_messages_join_the_instructions_and_images_reach_only_engines_that_read_them():
