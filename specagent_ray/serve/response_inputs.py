@@ -38,7 +38,8 @@ from .response_models import (
 
 SID = r"\d{1,3}-[0-9a-f]{16}"
 ITEM_ID = re.compile(rf"^(mcpl|mcp|msg|fc|apr|in)_({SID})_\d{{1,9}}(?:_\d{{1,4}})?$")  # this server's item ids
-OUTPUT_PREFIXES = ("mcpl", "mcp", "msg", "fc", "apr")  # the ids of output items (``in_``: input items)
+OUTPUT_PREFIXES = ("mcp", "msg", "fc", "apr")  # the ids of the agent's output items: the committed history
+# (``in_``: input items; ``mcpl_``: a server's tool listing, which a client may or may not replay)
 CONTINUE = "Continue."  # the opening of a new session whose input holds history but no new user message
 
 
@@ -86,8 +87,8 @@ def _is_input(item: Any) -> bool:
 
 def continues(reading: Reading, session_ids: Sequence[str]) -> bool:
     """Whether a replay continues a session whose output item ids so far are ``session_ids``: its own
-    items are exactly those, in order (a replay of an earlier point forks instead), and it brings
-    something new."""
+    items are exactly the agent's items of those, in order (a replay of an earlier point forks instead;
+    tool listings may be left out), and it brings something new."""
     return bool(reading.new) and reading.own_ids() == [i for i in session_ids if is_output_id(i)]
 
 

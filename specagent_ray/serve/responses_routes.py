@@ -207,14 +207,11 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
             return None
         return sids[0], sum(r["t"] == "turn" for r in seen), list(reading.new)
 
-    async def forked(body: ResponseCreate, who: str) -> ResponseCreate | None:
-        """Where ``previous_response_id`` names a response that is not its conversation's latest: a new
-        conversation's body whose input is the history up to that response (context: nothing in it runs
-        again) and then the new input. None where it names the latest (404 for one that cannot be seen)."""
-        sid, previous = parse_response_id(body.previous_response_id or "")
+    async def forked(body: ResponseCreate, sid: str, previous: int, who: str) -> ResponseCreate:
+        """A new conversation's body for a continuation of response ``previous``, which is not its
+        conversation's latest: its input is the history up to that response (context: nothing in it runs
+        again), then the new input."""
         seen = await visible(sid, previous, who)
-        if previous == sum(r["t"] == "turn" for r in seen):
-            return None
         history = [ITEM.validate_python(i) for i in history_until(seen, sid, previous, label(seen[0]))]
         new = [ITEM.validate_python({"role": "user", "content": body.input})] if isinstance(body.input, str) \
             else list(body.input)
@@ -271,19 +268,24 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
             out = await coordinator("create", create_request(body, terms), owner=who, idempotency_key=idempotency_key,
                                     turn=meta(body, now, echoed_tools(body)), retry=retry)
             sid, n, start, given = out["session_id"], 0, 0, None
-        elif own is None and (fork := await forked(body, who)) is not None:
-            out = await coordinator("create", create_request(fork, terms), owner=who, idempotency_key=idempotency_key,
-                                    turn=meta(body, now, echoed_tools(body)), retry=retry)
-            sid, n, start, given = out["session_id"], 0, 0, None
         else:
             if own is None:
                 sid, previous = parse_response_id(body.previous_response_id or "")
+                await visible(sid, previous, who)
                 new = None
             else:
                 sid, previous, new = own
             request = CreateSession.model_validate((await created(sid, who))["request"])
             post = turn_post(body, previous, request, terms, now, new)
-            n, start, given = await respond(sid, post, who, body, idempotency_key)
+            try:
+                n, start, given = await respond(sid, post, who, body, idempotency_key)
+            except Conflict as exc:  # not the latest response, and no repeat of a post it took: a fork
+                if exc.code != "not_latest" or own is not None:
+                    raise
+                fork = create_request(await forked(body, sid, previous, who), terms)
+                out = await coordinator("create", fork, owner=who, idempotency_key=idempotency_key,
+                                        turn=meta(body, now, echoed_tools(body)), retry=retry)
+                sid, n, start, given = out["session_id"], 0, 0, None
         if body.stream:
             return ResponseEvents(stream(sid, n, start, who), headers={"Cache-Control": "no-cache"})
         async for snap in follow(sid, n, start, who, whole=not body.background, given=given):

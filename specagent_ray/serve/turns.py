@@ -132,7 +132,7 @@ class Turns:
     def begin(self, post: TurnPost, key: str | None) -> int:
         if post.previous != self.count - 1:
             raise Conflict(f"turn {post.previous} is not this conversation's latest (turn {self.count - 1}); "
-                           "continue from the latest")
+                           "continue from the latest", "previous_response_id", "not_latest")
         n, self.count, self.ended = self.count, self.count + 1, False
         if key is not None:
             self.keys[key] = n
