@@ -73,6 +73,15 @@ class Approval(Body):
         return (self.tools is None or tool in self.tools) and tool not in self.exempt
 
 
+class SourceUse(Body):
+    """One more MCP tool source a session uses beside its own ``tool_source``, with its own filter and
+    approval rule (the Responses API's second and later MCP servers)."""
+
+    tool_source: str = Field(min_length=1, max_length=64)
+    allowed_tools: list[Annotated[str, ToolName]] | None = Field(None, max_length=128)
+    approval: Approval | None = None
+
+
 class CreateSession(Body):
     """A new agent session. ``tool_source`` names a source configured on the server; the client can
     never make the server start a command or reach a URL of its choosing."""
@@ -95,6 +104,8 @@ class CreateSession(Body):
     allowed_tools: list[Annotated[str, ToolName]] | None = Field(None, max_length=128, description="narrows the "
                                                                  "source's tools to these (400 for one it lacks)")
     approval: Approval | None = Field(None, description="writes that also wait for the client's approval")
+    more_sources: list[SourceUse] = Field(default_factory=list, max_length=8, description="MCP tool sources the "
+                                          "session also uses; a tool name may be in one source only")
     context: str | None = Field(None, max_length=400_000, description="the conversation before this session, as "
                                 "a transcript the models read after the instructions (a replayed history: "
                                 "context only, nothing in it is run)")

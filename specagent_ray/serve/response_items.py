@@ -14,7 +14,7 @@ input items and their stream of events. Pure functions of the session log's publ
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .errors import NotFound
@@ -22,6 +22,7 @@ from .responses import SAMPLING, response_id
 from .turns import ENDS_TURN
 
 Records = Sequence[dict[str, Any]]
+Labels = Mapping[str, str]  # an MCP tool's name -> its server's label
 ENDS = (*ENDS_TURN, "final")  # what ends the agent's turn, or the session
 BOUNDARIES = ("accepted", "rejected", "redraft", "commit")  # after these, no drafted read is pending
 FINAL_STATUS = {"done": "completed", "failed": "failed", "cancelled": "cancelled", "timed_out": "incomplete"}
@@ -55,44 +56,61 @@ def status_of(turn: Records, latest: bool) -> str:
     return "in_progress" if latest else "completed"
 
 
-def output_items(turn: Records, sid: str, label: str | None) -> list[dict[str, Any]]:
-    """The turn's output items (see the module doc); ``label``: the MCP server's, None for function tools."""
+def output_items(turn: Records, sid: str, labels: Labels) -> list[dict[str, Any]]:
+    """The turn's output items (see the module doc); ``labels``: the MCP server of each MCP tool (a tool
+    not in it is a function tool)."""
     out: list[dict[str, Any]] = []
     pending: list[tuple[dict[str, Any], dict[str, Any]]] = []  # drafted reads of the block: (action, observation)
     result: dict[str, Any] | None = None
     for r in turn:
         t = r["t"]
-        if t == "created" and label is not None and r.get("tools") is not None:
-            out.append({"type": "mcp_list_tools", "id": f"mcpl_{sid}_{r['seq']}", "server_label": label,
-                        "tools": r["tools"]})
+        if t == "created" and r.get("tools") is not None:
+            out += _listings(r, sid, labels)
         elif t == "tool_result":
             result = r["observation"]
         elif t == "drafted" and r.get("action", {}).get("kind") == "tool" and result is not None:
             pending.append((r["action"], result))
-        elif t == "commit" and label is not None and not any(s["action"]["kind"] == "message" for s in r["steps"]):
-            out += [_mcp_call(s["action"], s["observation"], sid, r["seq"], i, label)
+        elif t == "commit" and not any(s["action"]["kind"] == "message" for s in r["steps"]):
+            out += [_mcp_call(s["action"], s["observation"], sid, r["seq"], i, labels)
                     for i, (s, key) in enumerate(zip(r["steps"], r["keys"], strict=True))
-                    if s["action"]["kind"] == "tool" and (s["effect"] == "read" or key is not None)]
+                    if s["action"]["kind"] == "tool" and s["action"]["name"] in labels
+                    and (s["effect"] == "read" or key is not None)]
         elif t == "agent_message":
-            if label is not None:
-                out += [_mcp_call(a, o, sid, r["seq"], i, label) for i, (a, o) in enumerate(pending)]
+            out += [_mcp_call(a, o, sid, r["seq"], i, labels) for i, (a, o) in enumerate(pending)
+                    if a["name"] in labels]
             out.append(message(r["text"], f"msg_{sid}_{r['seq']}"))
         elif t == "tool_call_pending":
             out.append({"type": "function_call", "id": f"fc_{sid}_{r['seq']}", "call_id": r["call_id"],
                         "name": r["name"], "arguments": json.dumps(r["arguments"]), "status": "completed"})
         elif t == "approval_request":
-            out.append({"type": "mcp_approval_request", "id": r["id"], "server_label": label or "",
+            out.append({"type": "mcp_approval_request", "id": r["id"], "server_label": labels.get(r["name"], ""),
                         "name": r["name"], "arguments": json.dumps(r["arguments"])})
         if t in BOUNDARIES or t == "agent_message":
             pending = []
     return out
 
 
-def _mcp_call(action: dict[str, Any], obs: dict[str, Any], sid: str, seq: int, i: int, label: str) -> dict[str, Any]:
+def labels_of(created: dict[str, Any], mcp: Sequence[str]) -> dict[str, str]:
+    """The MCP server of each MCP tool of a session, from its ``created`` record: a tool of its
+    ``more_sources`` names its own; the others are its ``tool_source``'s, where that is one of ``mcp``."""
+    main = created["request"]["tool_source"]
+    tools = created.get("tools") or []
+    return {t["name"]: t.get("source", main) for t in tools if t.get("source", main) in mcp}
+
+
+def _listings(created: dict[str, Any], sid: str, labels: Labels) -> list[dict[str, Any]]:
+    """One ``mcp_list_tools`` item per MCP server, in the order its first tool comes."""
+    servers = list(dict.fromkeys(labels[t["name"]] for t in created["tools"] if t["name"] in labels))
+    return [{"type": "mcp_list_tools", "id": f"mcpl_{sid}_{created['seq']}" + (f"_{i}" if i else ""),
+             "server_label": label, "tools": [{k: v for k, v in t.items() if k != "source"} for t in created["tools"]
+                                             if labels.get(t["name"]) == label]} for i, label in enumerate(servers)]
+
+
+def _mcp_call(action: dict[str, Any], obs: dict[str, Any], sid: str, seq: int, i: int, labels: Labels) -> dict[str, Any]:
     error = obs["content"] if obs.get("error") else None
-    return {"type": "mcp_call", "id": f"mcp_{sid}_{seq}_{i}", "server_label": label, "name": action["name"],
-            "arguments": json.dumps(action.get("arguments", {})), "output": obs["content"], "error": error,
-            "status": "failed" if error else "completed"}
+    return {"type": "mcp_call", "id": f"mcp_{sid}_{seq}_{i}", "server_label": labels[action["name"]],
+            "name": action["name"], "arguments": json.dumps(action.get("arguments", {})), "output": obs["content"],
+            "error": error, "status": "failed" if error else "completed"}
 
 
 def message(text: str, item_id: str) -> dict[str, Any]:
@@ -128,7 +146,7 @@ def turn_meta(created: dict[str, Any], turn: Records, n: int) -> dict[str, Any]:
     return (created.get("turn") if n == 0 else turn[0].get("meta")) or {}
 
 
-def response(created: dict[str, Any], onward: Records, sid: str, n: int, label: str | None) -> dict[str, Any]:
+def response(created: dict[str, Any], onward: Records, sid: str, n: int, labels: Labels) -> dict[str, Any]:
     """Response ``n`` of a session, from its ``created`` record and its records from turn ``n``'s start on:
     every field of the specification's response object, those about the request as applied (``echo``)."""
     turn, latest = _until_next(onward)
@@ -144,7 +162,7 @@ def response(created: dict[str, Any], onward: Records, sid: str, n: int, label: 
     return {"id": response_id(sid, n), "object": "response", "created_at": created_at, "completed_at": done,
             "status": status, "incomplete_details": incomplete, "model": meta.get("model", ""),
             "previous_response_id": response_id(sid, n - 1) if n else None,
-            "instructions": created["request"].get("instructions"), "output": output_items(turn, sid, label),
+            "instructions": created["request"].get("instructions"), "output": output_items(turn, sid, labels),
             "error": error, **echo, "tools": meta.get("tools", []), "usage": usage(turn),
             "store": meta.get("store", True), "background": meta.get("background", False),
             "metadata": meta.get("metadata", {})}
@@ -155,23 +173,23 @@ def hidden(records: Records, n: int) -> bool:
     return turn_meta(records[0], turn_records(records, n), n).get("store") is False
 
 
-def output_ids(records: Records, sid: str, label: str | None) -> list[str]:
+def output_ids(records: Records, sid: str, labels: Labels) -> list[str]:
     """The ids of every output item of the session so far, turn by turn."""
     starts = [0] + [i for i, r in enumerate(records) if r["t"] == "turn"]
-    return [item["id"] for s in starts for item in output_items(_until_next(records[s:])[0], sid, label)]
+    return [item["id"] for s in starts for item in output_items(_until_next(records[s:])[0], sid, labels)]
 
 
-def history_until(records: Records, sid: str, n: int, label: str | None) -> list[dict[str, Any]]:
+def history_until(records: Records, sid: str, n: int, labels: Labels) -> list[dict[str, Any]]:
     """The conversation's items up to the end of response ``n``: each turn's input, then its output."""
     return [i for k in range(n + 1) for i in (*input_items(records, sid, k),
-                                               *output_items(turn_records(records, k), sid, label))]
+                                               *output_items(turn_records(records, k), sid, labels))]
 
 
-def all_items(records: Records, sid: str, label: str | None) -> dict[str, dict[str, Any]]:
+def all_items(records: Records, sid: str, labels: Labels) -> dict[str, dict[str, Any]]:
     """Every item of the session, input and output, by id."""
     turns = sum(r["t"] == "turn" for r in records) + 1
     starts = [0] + [i for i, r in enumerate(records) if r["t"] == "turn"]
-    out = {i["id"]: i for s in starts for i in output_items(_until_next(records[s:])[0], sid, label)}
+    out = {i["id"]: i for s in starts for i in output_items(_until_next(records[s:])[0], sid, labels)}
     out.update({i["id"]: i for n in range(turns) for i in input_items(records, sid, n)})
     return out
 

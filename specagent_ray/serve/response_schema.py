@@ -69,4 +69,5 @@ def _tools(terms: Terms) -> dict[str, Any]:
     mcp = {"type": "object", "required": ["type", "server_label"], "additionalProperties": False, "properties": {
         "type": {"const": "mcp"}, "server_label": {"enum": list(terms.mcp)}, "require_approval": rule,
         "server_description": {"type": ["string", "null"], "maxLength": 2000}}}
-    return {"type": "array", "minItems": 0 if terms.function_source else 1, "maxItems": 1, "items": mcp}
+    return {"type": "array", "minItems": 0 if terms.function_source else 1, "maxItems": max(len(terms.mcp), 1),
+            "items": mcp}

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from ..protocol.baselines import METHODS
-from .api import Approval, ClientTool, CreateSession, ToolResult, UserMessage
+from .api import Approval, ClientTool, CreateSession, SourceUse, ToolResult, UserMessage
 from .config import AppConfig, ClientSource, McpSource, OpenAIEngines, SimEngines
 from .errors import BadRequest, Conflict, NotFound
 from .records import TurnMeta
@@ -127,14 +127,11 @@ def create_request(body: ResponseCreate, terms: Terms, reading: Reading | None =
     refused(body)
     reading = reading if reading is not None else read_input(body)
     _media(reading, terms)
-    source, client_tools, allowed, approval = tools_of(body, terms)
     users = [i for i in reading.new if isinstance(i, MessageItem)]
     opening = "\n\n".join(t for i in users if (t := text(i.content)))
     earlier = [*reading.history, *(i for i in reading.new if not isinstance(i, MessageItem))]
-    return _validated(CreateSession, tool_source=source, message=opening or CONTINUE, user="client",
-                      method=terms.method(body.model), client_tools=client_tools,
-                      instructions=instructions_of(body, reading), allowed_tools=allowed, approval=approval,
-                      context=context(earlier))
+    return _validated(CreateSession, message=opening or CONTINUE, user="client", method=terms.method(body.model),
+                      instructions=instructions_of(body, reading), context=context(earlier), **tools_of(body, terms))
 
 
 def read_input(body: ResponseCreate) -> Reading:
@@ -162,30 +159,30 @@ def echoed_tools(body: ResponseCreate) -> list[dict[str, Any]]:
             for t in body.tools or [] if t.get("type") in HOSTED]
 
 
-def tools_of(body: ResponseCreate, terms: Terms) -> tuple[str, list[ClientTool], list[str] | None, Approval | None]:
-    """(tool source, function tools, allowed tools, approval rule) of a request's ``tools`` and
-    ``tool_choice`` (``none`` takes every tool away; ``allowed_tools`` narrows them)."""
+def tools_of(body: ResponseCreate, terms: Terms) -> dict[str, Any]:
+    """The session's tool fields (``CreateSession``'s ``tool_source``, ``client_tools``, ``allowed_tools``,
+    ``approval``, ``more_sources``) of a request's ``tools`` and ``tool_choice`` (``none`` takes every tool
+    away; ``allowed_tools`` narrows them). Function tools and any number of MCP servers mix: the function
+    tools' client source comes first where there are function tools, else the first MCP server."""
     tools = body.tools or []
     other = sorted({str(t.get("type")) for t in tools} - set(HOSTED))
     if other and terms.unhosted == "refuse":
         raise BadRequest(f"tool type{'s' if len(other) > 1 else ''} {', '.join(other)} not hosted here (this server "
                          "runs the MCP servers its operator configured, and function tools); an operator can "
                          "drop such tools with gateway.unhosted_tools: drop", "tools", "unsupported_tool_type")
-    mcp = [t for t in tools if t.get("type") == "mcp"]
-    functions = [t for t in tools if t.get("type") == "function"]
-    if mcp and functions or len(mcp) > 1:
-        raise BadRequest("a conversation uses one tool source here: one MCP server, or function tools",
-                         "tools", "unsupported_tool_mix")
     keep = _kept(body.tool_choice)
-    if mcp:
-        source, _, allowed, approval = _mcp(mcp[0], terms)
-        if keep is not None:
-            allowed = [n for n in allowed if n in keep] if allowed is not None else sorted(keep)
-        return source, [], allowed, approval
+    servers = [_mcp(t, terms, keep) for t in tools if t.get("type") == "mcp"]
+    if len({u.tool_source for u in servers}) < len(servers):
+        raise BadRequest("tools: an MCP server is listed twice", "tools", "duplicate_tool")
+    functions = [_function(t) for t in tools if t.get("type") == "function"]
+    if servers and not functions:
+        first = servers[0]
+        return {"tool_source": first.tool_source, "client_tools": [], "allowed_tools": first.allowed_tools,
+                "approval": first.approval, "more_sources": servers[1:]}
     if terms.function_source is None:
         raise BadRequest("this server has no client tool source: function tools (and no tools) need one", "tools")
-    client = [_function(t) for t in functions]
-    return terms.function_source, [c for c in client if keep is None or c.name in keep], None, None
+    return {"tool_source": terms.function_source, "allowed_tools": None, "approval": None, "more_sources": servers,
+            "client_tools": [c for c in functions if keep is None or c.name in keep]}
 
 
 def _allowed_choice(choice: Any) -> bool:
@@ -201,7 +198,7 @@ def _kept(choice: Any) -> set[str] | None:
     return None
 
 
-def _mcp(tool: dict[str, Any], terms: Terms) -> tuple[str, list[ClientTool], list[str] | None, Approval | None]:
+def _mcp(tool: dict[str, Any], terms: Terms, keep: set[str] | None) -> SourceUse:
     named = [k for k in NEVER_FROM_CLIENTS if tool.get(k) is not None]
     if named:
         raise BadRequest(f"mcp tool: {', '.join(named)} cannot come from a client; name a server this server's "
@@ -220,8 +217,12 @@ def _mcp(tool: dict[str, Any], terms: Terms) -> tuple[str, list[ClientTool], lis
     if label not in terms.mcp:
         raise BadRequest(f"mcp tool: no MCP server labelled {label!r} here; this server offers: "
                          f"{', '.join(terms.mcp) or 'none'}", "tools.server_label", "mcp_server_not_found")
-    return label, [], _allowed(tool.get("allowed_tools")), approval_of("never" if tool.get("require_approval") is None
-                                                                 else tool["require_approval"])
+    allowed = _allowed(tool.get("allowed_tools"))
+    if keep is not None:
+        allowed = [n for n in allowed if n in keep] if allowed is not None else sorted(keep)
+    rule = tool.get("require_approval")
+    return _validated(SourceUse, tool_source=label, allowed_tools=allowed,
+                      approval=approval_of("never" if rule is None else rule))
 
 
 def _allowed(allowed: Any) -> list[str] | None:
@@ -284,8 +285,8 @@ def turn_post(body: ResponseCreate, previous: int, request: CreateSession, terms
     if said is not None and said != request.instructions:
         raise Conflict("a conversation keeps its instructions: omit them, or send the same", "instructions")
     if body.tools is not None:
-        if tools_of(body, terms) != (request.tool_source, request.client_tools, request.allowed_tools,
-                                     request.approval):
+        asked = tools_of(body, terms)
+        if asked != {k: getattr(request, k) for k in asked}:
             raise Conflict("a conversation keeps its tools: omit them, or send the same", "tools")
     inputs = [x for x in (_input(i) for i in new) if x is not None]
     if not inputs:

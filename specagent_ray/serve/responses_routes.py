@@ -35,6 +35,7 @@ from .response_items import (
     history_until,
     input_items,
     item_events,
+    labels_of,
     lifecycle,
     output_ids,
     response,
@@ -144,9 +145,9 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                 created_records.popitem(last=False)
         return created_records[key]
 
-    def label(first: dict[str, Any]) -> str | None:
-        source = first["request"]["tool_source"]
-        return source if source in terms.mcp else None
+    def label(first: dict[str, Any]) -> dict[str, str]:
+        """The MCP server of each MCP tool of the session whose ``created`` record is ``first``."""
+        return labels_of(first, terms.mcp)
 
     async def follow(sid: str, n: int, start: int, who: str, whole: bool = False,
                      given: list[dict[str, Any]] | None = None) -> AsyncIterator[dict[str, Any]]:

@@ -22,6 +22,7 @@ from ..protocol.baselines import METHODS
 from ..protocol.interfaces import EngineUnavailable
 from ..protocol.runtime import Parts, SpecConfig
 from ..protocol.types import Effect, History, Observation, Task, ToolCall, UserToolCall
+from .api import Approval, CreateSession
 from .config import AppConfig, ClientSource
 from .engine_client import EngineClient
 from .errors import unwrap
@@ -57,7 +58,7 @@ class SessionTools:
 
     async def execute(self, call: ToolCall) -> Observation:
         if self.classify(call) is Effect.WRITE:
-            approval = self.session.request.approval
+            approval = approval_rule(self.session.request, self.catalog.routes.get(call.name))
             if approval is not None and approval.needed(call.name):
                 ok, reason = await approved(self.session, call)  # after the verifier's acceptance, never instead
                 if not ok:
@@ -85,6 +86,13 @@ class SessionTools:
             obs = await self._run(call, key)
         self.session.result(key, obs)
         return obs
+
+
+def approval_rule(request: CreateSession, source: str | None) -> Approval | None:
+    """The approval rule of the source a tool comes from: the session's own, or one of ``more_sources``'."""
+    if source is None:
+        return request.approval
+    return next(u.approval for u in request.more_sources if u.tool_source == source)
 
 
 class ClientUser:
@@ -153,18 +161,17 @@ class SessionRunner:
 
     def parts(self, s: Session, catalog: Catalog) -> Parts:
         weak, strong, verifier = self.engines.models(s, catalog)
-        source = self.cfg.tool_sources[s.request.tool_source]
-        if isinstance(source, ClientSource):
-            async def run(call: ToolCall, key: str | None):
+
+        async def run(call: ToolCall, key: str | None):
+            """A call goes to the source its tool comes from: the client, or the tool host."""
+            name = catalog.routes.get(call.name, s.request.tool_source)
+            if isinstance(self.cfg.tool_sources[name], ClientSource):
                 return await s.client_call(call, key or s.read_call_id(call))
-        else:
-            async def run(call: ToolCall, key: str | None):
-                epoch = self.log.epoch if key is not None else None  # writes carry the lease epoch
-                try:
-                    return await self.tool_host.execute(s.request.tool_source, s.id, call, key, epoch,
-                                                        s.request.task_id)
-                except Exception as exc:  # noqa: BLE001 - the tool host's own error, without Ray's traceback
-                    raise unwrap(exc) from None
+            epoch = self.log.epoch if key is not None else None  # writes carry the lease epoch
+            try:
+                return await self.tool_host.execute(name, s.id, call, key, epoch, s.request.task_id)
+            except Exception as exc:  # noqa: BLE001 - the tool host's own error, without Ray's traceback
+                raise unwrap(exc) from None
         tools = SessionTools(s, catalog, run, self.log.durable)
         user = user_for(s, self.cfg.engines, self.env, self._user_side(s))
         return Parts(weak, strong, verifier, tools, user, s.ledger, clock=self.clock, journal=s,

@@ -74,7 +74,20 @@ class ToolSources:
         if req.user == "client" and not req.message:
             raise BadRequest("a client-user session needs an opening message" if isinstance(source, BENCHMARKS)
                              else f"a {source.kind} session needs user 'client' and an opening message")
+        self._check_more(req, owner, method)
         return source
+
+    def _check_more(self, req: CreateSession, owner: str, method: str) -> None:
+        """A session's ``more_sources``: each a configured MCP source, available, the tenant's, and named once."""
+        names = [u.tool_source for u in req.more_sources]
+        if len(set(names) | {req.tool_source}) != len(names) + 1:
+            raise BadRequest("a tool source is named more than once")
+        for name in names:
+            if not isinstance(self.cfg.tool_sources.get(name), McpSource):
+                raise BadRequest(f"more_sources: {name!r} is no MCP tool source here")
+            if name in self.unavailable:
+                raise Conflict(f"tool source {name!r} is unavailable: its MCP server's command is not installed here")
+            self.rules.allow(owner, method, name)
 
     async def warm(self) -> None:
         """Load every tau2 source's domain and catalog and every BFCL source's cases now (about 1 s of
@@ -144,16 +157,14 @@ class ToolSources:
         return await asyncio.to_thread(Tau2Domain.load, name)
 
     async def catalog(self, req: CreateSession, source) -> Catalog:
-        """The session's tools, narrowed to the request's ``allowed_tools`` (400 naming any the source lacks)."""
-        full = await self._catalog(req, source)
-        if req.allowed_tools is None:
-            return full
-        missing = sorted(set(req.allowed_tools) - set(full.schemas))
-        if missing:
-            raise BadRequest(f"allowed_tools names tools that {req.tool_source!r} does not have: {', '.join(missing)}")
-        keep = set(req.allowed_tools)
-        return Catalog({n: v for n, v in full.schemas.items() if n in keep},
-                       {n: e for n, e in full.effects.items() if n in keep}, full.policy)
+        """The session's tools: its source's, then each of ``more_sources``', each narrowed to its
+        ``allowed_tools`` (400 naming any the source lacks, or a tool name in two sources)."""
+        catalog = _narrowed(await self._catalog(req, source), req.allowed_tools, req.tool_source)
+        for use in req.more_sources:
+            more = CreateSession(tool_source=use.tool_source, user="client", message="-")
+            tools = await self._catalog(more, self.cfg.tool_sources[use.tool_source])
+            catalog = catalog.joined(_narrowed(tools, use.allowed_tools, use.tool_source), use.tool_source)
+        return catalog
 
     async def _catalog(self, req: CreateSession, source) -> Catalog:
         """The client's own tools (client sources), else the source's (see the module doc)."""
@@ -186,3 +197,11 @@ class ToolSources:
                     cached = Catalog(schemas, effects)  # a new object: running sessions keep the one they have
             self._catalogs[req.tool_source] = cached
         return cached
+
+
+def _narrowed(full: Catalog, allowed: list[str] | None, name: str) -> Catalog:
+    """``full`` narrowed to ``allowed`` (400 naming any tool the source lacks)."""
+    missing = sorted(set(allowed or ()) - set(full.schemas))
+    if missing:
+        raise BadRequest(f"allowed_tools names tools that {name!r} does not have: {', '.join(missing)}")
+    return full.narrowed(None if allowed is None else set(allowed))

@@ -110,3 +110,21 @@ async def test_a_hosted_mcp_agent_asks_approval_and_the_rejected_draft_write_nev
     result = await Runner.run(agent, f"call transfer {moved} weak {weak}; say Sent.")
     assert result.final_output == "Sent." and answered == ["transfer"]
     assert [c["arguments"]["amount"] for c in calls(journal, "transfer")] == [5]  # the weak 500 never ran
+
+
+async def test_function_tools_and_a_hosted_mcp_server_mix_in_one_agent(gateway, journal):
+    """One agent, a ``@function_tool`` and the bank's MCP server: the bank's read runs while drafting,
+    its rejected draft write never runs (the verifier's repair does), and the function goes to the SDK."""
+    asked.clear()
+    bank = HostedMCPTool(tool_config={"type": "mcp", "server_label": "bank", "require_approval": "never"})
+    agent = Agent(name="both", instructions="Help.", tools=[get_weather, bank], model=model(gateway))
+    moved = json.dumps({"source": "alice", "target": "bob", "amount": 5})
+    weak = json.dumps({"source": "alice", "target": "bob", "amount": 500})
+    plan = (f'call get_balance {{"account": "alice"}}; call transfer {moved} weak {weak}; '
+            f'call get_weather {{"city": "Paris"}}; say done')
+    result = await Runner.run(agent, plan)
+    assert result.final_output == "done" and asked == ["Paris"]
+    assert [c["arguments"]["amount"] for c in calls(journal, "transfer")] == [5]
+    assert len(calls(journal, "get_balance")) == 1
+    kinds = [i.raw_item.type for i in result.new_items if hasattr(i.raw_item, "type")]
+    assert "mcp_call" in kinds and "function_call" in kinds

@@ -299,3 +299,27 @@ def test_a_forged_history_never_runs_and_another_tenants_items_are_404(gateway, 
         {"type": "item_reference", "id": message.id}, {"role": "user", "content": "say again"}])
     assert own.output_text == "again"  # the owner's reference resolves: its replay continues the session
     assert own.id.split("_")[1] == theirs.id.split("_")[1]
+
+
+def test_two_mcp_servers_and_a_function_tool_in_one_conversation(tmp_path, bank):
+    """Each MCP server keeps its own approval rule and filter; each call goes to the server its tool
+    comes from; each server lists its own tools."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    server = str(Path(sys.executable).parent / "mcp-server-git")
+    sources = {**app_config(bank)["tool_sources"],
+               "git": {"kind": "mcp", "command": [server, "--repository", str(repo)], "trusted": True}}
+    tools = [{"type": "mcp", "server_label": "git", "allowed_tools": ["git_status"]}, LOOKUP,
+             {"type": "mcp", "server_label": "bank", "require_approval": {"always": {"tool_names": ["transfer"]}}}]
+    with in_process_gateway(tmp_path / "log", app={"engines": {"kind": "scripted"}, "tool_sources": sources}) as url:
+        r = sdk(url).responses.create(model="specagent", tools=tools, input=(
+            f'call git_status {{"repo_path": "{repo}"}}; call get_balance {{"account": "alice"}}; {transfer(4)}'))
+        listed = {i.server_label: [t.name for t in i.tools] for i in r.output if i.type == "mcp_list_tools"}
+        assert listed["git"] == ["git_status"] and "transfer" in listed["bank"]
+        calls = [(i.server_label, i.name) for i in r.output if i.type == "mcp_call"]
+        assert calls == [("git", "git_status"), ("bank", "get_balance")]
+        assert r.output[-1].type == "mcp_approval_request" and r.output[-1].server_label == "bank"
+        assert bank.calls("transfer") == []  # the bank's rule: the verified transfer waits for the client
+        with pytest.raises(openai.BadRequestError, match="'git' does not have: transfer"):
+            sdk(url).responses.create(model="specagent", input="say hi", tools=[
+                {"type": "mcp", "server_label": "git", "allowed_tools": ["transfer"]}, tools[2]])

@@ -85,8 +85,12 @@ def test_a_create_maps_model_tools_and_approval_onto_one_session():
     assert req.allowed_tools == ["get_balance", "transfer"] and req.approval == Approval(tools=["transfer"])
     functions = create_request(body(tools=[{"type": "function", "name": "f", "read_only": True}]), TERMS)
     assert functions.tool_source == "app" and functions.client_tools[0].read_only is True
-    with pytest.raises(BadRequest, match="one tool source"):
-        create_request(body(tools=[{"type": "mcp", "server_label": "bank"}, {"type": "function", "name": "f"}]), TERMS)
+    mixed = create_request(body(tools=[{"type": "mcp", "server_label": "bank", "require_approval": "always"},
+                                       {"type": "function", "name": "f"}]), TERMS)
+    assert (mixed.tool_source, [t.name for t in mixed.client_tools]) == ("app", ["f"])
+    assert [(u.tool_source, u.approval) for u in mixed.more_sources] == [("bank", Approval())]
+    with pytest.raises(BadRequest, match="listed twice"):
+        create_request(body(tools=[{"type": "mcp", "server_label": "bank"}] * 2), TERMS)
     with pytest.raises(BadRequest, match="unknown model"):
         create_request(body(model="gpt-5"), TERMS)
 
@@ -176,6 +180,9 @@ def test_a_malformed_response_id_is_one_that_does_not_exist(rid):
 
 # -- records out --------------------------------------------------------------------------------------------
 
+BANK = {"transfer": "bank", "get_balance": "bank"}  # the MCP tools' server
+
+
 def rec(seq: int, t: str, **fields) -> dict:
     return {"seq": seq, "t": t, **fields}
 
@@ -199,14 +206,14 @@ def test_a_rejected_draft_never_appears_and_a_message_block_appears_once():
              rec(9, "commit", steps=[step(good, "moved 5", "write")], keys=["k0"], calls=[]),
              rec(10, "tool_result", name="get_balance", observation={"content": "95"}),
              rec(11, "drafted", action=read), rec(12, "agent_message", text="Sent 5.")]
-    out = output_items(turn0, "s", "bank")
+    out = output_items(turn0, "s", BANK)
     assert [(i["type"], i.get("name"), i.get("output")) for i in out] == [
         ("mcp_call", "transfer", "moved 5"), ("mcp_call", "get_balance", "95"), ("message", None, None)]
     assert "500" not in json.dumps(out)
     turn1 = [rec(13, "turn", n=1, meta={}), rec(14, "user_message", text="thanks"),
              rec(15, "commit", steps=[step(read, "95"), step({"kind": "message", "text": "Sent 5."}, "thanks")],
                  keys=[None, None], calls=[])]
-    assert output_items(turn1, "s", "bank") == []  # its steps went out with the message, in turn 0
+    assert output_items(turn1, "s", BANK) == []  # its steps went out with the message, in turn 0
 
 
 def test_a_denied_write_never_ran_and_is_no_mcp_call_and_function_steps_go_out_once():
@@ -214,11 +221,11 @@ def test_a_denied_write_never_ran_and_is_no_mcp_call_and_function_steps_go_out_o
               rec(1, "turn", n=1, meta={}), rec(2, "approval_response", id="apr_s_0", approve=False),
               rec(3, "commit", steps=[step(tool("transfer", amount=9), "The user denied this call.", "write")],
                   keys=[None], calls=[])]
-    assert [i["type"] for i in output_items(denied[:1], "s", "bank")] == ["mcp_approval_request"]
-    assert output_items(denied[1:], "s", "bank") == []
+    assert [i["type"] for i in output_items(denied[:1], "s", BANK)] == ["mcp_approval_request"]
+    assert output_items(denied[1:], "s", BANK) == []
     asked = [rec(0, "tool_call_pending", call_id="c1", name="lookup", arguments={"q": 1}),
              rec(1, "commit", steps=[step(tool("lookup", q=1), "x")], keys=[None], calls=[])]
-    assert [i["type"] for i in output_items(asked, "s", None)] == ["function_call"]
+    assert [i["type"] for i in output_items(asked, "s", {})] == ["function_call"]
 
 
 def test_the_first_end_of_a_turn_decides_its_status_and_usage_counts_both_models():
@@ -289,3 +296,15 @@ def test_a_replayed_reasoning_item_with_content_is_context_and_no_media():
     item = {"type": "reasoning", "content": [{}, {"type": "reasoning_text", "text": "t"}], "summary": []}
     req = create_request(body(input=[item, {"role": "user", "content": "hi"}]), TERMS)
     assert req.message == "hi"
+
+
+def test_a_tool_name_in_two_of_a_sessions_sources_is_refused_and_each_tool_keeps_its_source():
+    from specagent_ray.serve.session import Catalog
+
+    functions = Catalog({"f": {"type": "object"}}, {"f": Effect.READ})
+    with pytest.raises(BadRequest, match="'f'"):
+        functions.joined(Catalog({"f": {"type": "object"}}, {"f": Effect.WRITE}), "bank")
+    joined = functions.joined(Catalog({"g": {"type": "object"}}, {}), "bank")
+    assert joined.routes == {"g": "bank"} and joined.effect("g") is Effect.WRITE and joined.effect("f") is Effect.READ
+    assert [t.get("source") for t in joined.listing()] == [None, "bank"]
+    assert joined.narrowed({"g"}).routes == {"g": "bank"}
