@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from ..protocol.baselines import METHODS
 from ..tools.schema import check_client_schema
-from .config import BENCHMARKS, AppConfig, BfclSource, ClientSource, OpenAIEngines, SimEngines
+from .config import BENCHMARKS, AppConfig, BfclSource, ClientSource, McpSource, OpenAIEngines, SimEngines
 
 UserKind = Literal["client", "simulated", "tau2"]
 
@@ -197,6 +197,7 @@ class Offer:
 
     sources: Mapping[str, SourceTerms]
     methods: tuple[str, ...]
+    mcp: tuple[str, ...] = ()  # the MCP sources a session's ``more_sources`` may name
 
     @classmethod
     def of(cls, cfg: AppConfig, tasks: Mapping[str, Iterable[str]] | None = None) -> Offer:
@@ -211,7 +212,7 @@ class Offer:
             listed = tuple(tasks[name]) if tasks and name in tasks else None
             sources[name] = SourceTerms(users, isinstance(source, ClientSource), isinstance(source, BENCHMARKS),
                                         listed)
-        return cls(sources, tuple(cfg.methods))
+        return cls(sources, tuple(cfg.methods), tuple(n for n, s in cfg.tool_sources.items() if isinstance(s, McpSource)))
 
     def create_schema(self, base: dict[str, Any]) -> dict[str, Any]:
         """The create body's published schema, from the model's own (``base``): one alternative per
@@ -246,6 +247,10 @@ class Offer:
         # Which names a source's catalog holds is known only once a session describes it: the schema
         # publishes no allowed_tools (a server takes them, and answers 400 for a name its source lacks).
         props["allowed_tools"] = {"type": "null", "description": props["allowed_tools"].get("description", "")}
+        props["more_sources"] = {"type": "array", "maxItems": 0, "description": props["more_sources"].get(
+            "description", "")} if not self.mcp else {"type": "array", "maxItems": len(self.mcp), "items": {
+                "type": "object", "required": ["tool_source"], "additionalProperties": False,
+                "properties": {"tool_source": {"enum": list(self.mcp)}}}}
         return {"type": "object", "title": f"{name}, user {user}", "properties": props,
                 "required": required, "additionalProperties": False}
 
