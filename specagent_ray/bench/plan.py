@@ -2,8 +2,9 @@
 JSON and the plot. The model is ``costs/planner.py`` and ``costs/fleet.py``; the check against the sim's
 load tests is ``bench/plan_sim.py``.
 
-Every figure carries a label: **given** (a flag), **datasheet** (a shipped GPU profile), **measured** (a
-measured GPU profile, with its device; the coordinator shard capacity, on the 2-core VM it was measured on),
+Every figure carries a label: **given** (a flag), **shipped profile** (costs/data/gpus.yaml, naming the fields
+its source says were MEASURED), **measured** (a measured GPU profile, with its device; the coordinator shard
+capacity, on the 2-core VM it was measured on),
 **simulated** (acceptance and tokens from a bench run of the simulated policies) or **estimated** (all the
 planner's outputs: roofline from the model specs and the GPU profile).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,8 @@ from rich.table import Table
 from ..costs.fleet import SHARD_STEPS_PER_S, Plan, PlanInputs, decode_knee, make_plan
 from ..costs.planner import Acceptance, Engine, Traffic, token_model_shapes
 from ..costs.profiles import read_profile
-from ..costs.specs import GpuProfile, load_gpu, load_model
+from ..costs.specs import GpuProfile, gpu_names, load_gpu, load_model
+from .plan_compare import Side, compare_dict, compare_table
 from .plan_inputs import from_bench
 
 HELP = """Capacity planner: does SpecAgent save strong-model HBM, GPU-seconds and step latency against
@@ -43,6 +46,7 @@ EPILOG = """examples:
   specagent-ray plan --sessions 200 --think-time-s 5 --gpu h200 --strong-gpus 8
   specagent-ray plan --from-bench results/tau2-airline-seed0.json      # p, n, rho, f and tokens of a bench run
   specagent-ray plan --gpu specagent_ray/costs/data/measured/nvidia-h200.yaml   # a measured GPU profile
+  specagent-ray plan --gpu h200 --strong-gpus 8 --compare-gpu h200-datasheet     # corrected H200 against the datasheet's
   specagent-ray plan --n 1:75,2:39,3:14,4:11 --p 0.9 --rho 0.2 --f 0.3            # a block-length mix
   specagent-ray plan --check-sim --levels 10,40,100 --duration-s 30               # against the sim's load tests
 
@@ -57,8 +61,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     m = p.add_argument_group("models and GPUs")
     m.add_argument("--strong-model", default="qwen3.5-397b-a17b", help="verifier's model spec (costs/data/models.yaml)")
     m.add_argument("--weak-model", default="qwen3-4b", help="drafter's model spec")
-    m.add_argument("--gpu", default="h20", help="shipped GPU profile (h20, h200) or a measured profile YAML "
-                   "written by `bench roofline`")
+    m.add_argument("--gpu", default="h20", help=f"shipped GPU profile ({', '.join(gpu_names())}) or a measured "
+                   "profile YAML written by `bench roofline`")
+    m.add_argument("--compare-gpu", default=None, metavar="NAME_OR_YAML", help="plan again on this second GPU "
+                   "profile (every other flag the same) and print its crossovers and savings next to --gpu's, with "
+                   "the difference (A / B - 1), e.g. --gpu h200 --compare-gpu h200-datasheet: the H200 at its "
+                   "measured matrix rate against its datasheet peak; adds `compare` to plan.json")
     m.add_argument("--strong-gpus", type=int, default=16, help="GPUs of one verifier replica")
     m.add_argument("--weak-gpus", type=int, default=1, help="GPUs of one drafter replica")
     m.add_argument("--strong-replicas", default="auto", help="verifier replicas both methods share (auto: what "
@@ -133,7 +141,17 @@ def gpu_profile(text: str) -> tuple[GpuProfile, str]:
             raise ValueError(f"no GPU profile file {path}")
         gpu, measured = read_profile(path)
         return gpu, f"measured on {measured.get('device')} ({measured.get('date')}; {path})"
-    return load_gpu(text), f"datasheet (costs/data/gpus.yaml: {text})"
+    gpu = load_gpu(text)
+    return gpu, shipped_label(gpu)
+
+
+def shipped_label(gpu: GpuProfile) -> str:
+    """``shipped profile (costs/data/gpus.yaml: NAME[; FIELD, ... measured])``: the fields named in a sentence
+    of the profile's source that has MEASURED in capitals (the convention of gpus.yaml's header)."""
+    sentences = [s for s in re.split(r"\.\s+", gpu.source) if "MEASURED" in s]
+    fields = [f for f in GpuProfile.model_fields if f not in ("name", "source")
+              and any(re.search(rf"\b{f}\b", s) for s in sentences)]
+    return f"shipped profile (costs/data/gpus.yaml: {gpu.name}" + (f"; {', '.join(fields)} measured)" if fields else ")")
 
 
 def parse_blocks(text: str) -> float | dict[int, int]:
@@ -184,6 +202,8 @@ def resolve(args: argparse.Namespace) -> Resolved:
 
 def run_plan(args: argparse.Namespace, console: Console) -> int:
     resolved = resolve(args)
+    if args.compare_gpu and (args.check_sim or args.check_batch):
+        raise ValueError("--compare-gpu goes with a plan, not with --check-sim or --check-batch")
     if args.check_sim:
         from .plan_sim import run_check
 
@@ -195,8 +215,15 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
     plan = make_plan(resolved.inputs, args.max_sessions, args.points)
     for table in tables(plan, resolved.labels):
         console.print(table)
+    extra: dict[str, Any] = {}
+    if args.compare_gpu:
+        other = resolve(argparse.Namespace(**{**vars(args), "gpu": args.compare_gpu}))
+        b = Side("--compare-gpu", args.compare_gpu, other.labels["gpu"],
+                 make_plan(other.inputs, args.max_sessions, args.points))
+        console.print(compare_table(Side("--gpu", args.gpu, resolved.labels["gpu"], plan), b))
+        extra["compare"] = compare_dict(b)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_json(args.out / "plan.json", plan, resolved.labels)
+    write_json(args.out / "plan.json", plan, resolved.labels, extra)
     from .plan_plot import plot
 
     plot(args.out / "plan.png", plan)
@@ -267,7 +294,13 @@ def _adaptive_k(plan: Plan, k_max: int = 6) -> str:
     """The K that ``speculation.mode: adaptive`` would pick at this load, per objective, for a session past
     its exploring blocks whose estimate is the plan's acceptance (its write hazard solved from f at
     K = k_max), on the same fleet."""
-    from ..costs.controller import OBJECTIVES, Controller, Estimate, Load, write_share_for
+    from ..costs.controller import (
+        OBJECTIVES,
+        Controller,
+        Estimate,
+        Load,
+        write_share_for,
+    )
     from ..costs.fleet import weak_for
 
     i, acc = plan.inputs, plan.inputs.acceptance
@@ -343,6 +376,8 @@ def plan_dict(plan: Plan, labels: dict[str, str]) -> dict[str, Any]:
                           "l_predicted": plan.l_predicted, "sweep": [asdict(p) for p in plan.sweep]}}
 
 
-def write_json(path: Path, plan: Plan, labels: dict[str, str]) -> None:
-    path.write_text(json.dumps(plan_dict(plan, labels), indent=1) + "\n", encoding="utf-8")
+def write_json(path: Path, plan: Plan, labels: dict[str, str], extra: dict[str, Any] | None = None) -> None:
+    """The plan (:func:`plan_dict`) and any ``extra`` keys (``compare``: the --compare-gpu run's figures)."""
+    doc = {**plan_dict(plan, labels), **(extra or {})}
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 

@@ -254,7 +254,7 @@ def test_a_measured_profile_is_accepted_and_labelled(tmp_path):
                   {"label": "measured", "device": "NVIDIA H200", "driver": "1", "date": "2026-12-01", "torch": "2"})
     g, label = gpu_profile(str(path))
     assert g.hbm_bytes_per_s == 3e12 and label.startswith("measured on NVIDIA H200")
-    assert gpu_profile("h20")[1].startswith("datasheet")
+    assert gpu_profile("h20")[1].startswith("shipped profile")
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +286,7 @@ def test_plan_command_writes_labelled_json_and_plot(tmp_path, bench_file):
                  "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "plan.json").read_text())
     assert doc["labels"]["outputs"] == "estimated" and doc["labels"]["acceptance"].startswith("simulated")
-    assert doc["labels"]["gpu"].startswith("datasheet")
+    assert doc["labels"]["gpu"].startswith("shipped profile")
     assert set(doc["estimated"]["crossover"]) == {"hbm", "gpu_s", "latency"}
     assert (tmp_path / "plan.png").stat().st_size > 10_000
 
