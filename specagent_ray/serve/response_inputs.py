@@ -85,11 +85,24 @@ def _is_input(item: Any) -> bool:
     return isinstance(item, INPUTS) and not (isinstance(item, MessageItem) and item.role == "assistant")
 
 
+def replay_tail(reading: Reading) -> tuple[str, list[str]] | None:
+    """The session that the replay's last own item names, and its items at the replay's end; the items
+    before them (of a session before a handoff or a fork) are that session's context already. None
+    where the replay has no own items, or the last session's items are not together at its end."""
+    own = reading.own_ids()
+    if not own:
+        return None
+    sid = session_of(own[-1])
+    tail = own[next(i for i, x in enumerate(own) if session_of(x) == sid):]
+    return (sid, tail) if sid is not None and all(session_of(x) == sid for x in tail) else None  # type: ignore[return-value]
+
+
 def continues(reading: Reading, session_ids: Sequence[str]) -> bool:
-    """Whether a replay continues a session whose output item ids so far are ``session_ids``: its own
-    items are exactly the agent's items of those, in order (a replay of an earlier point forks instead;
-    tool listings may be left out), and it brings something new."""
-    return bool(reading.new) and reading.own_ids() == [i for i in session_ids if is_output_id(i)]
+    """Whether a replay continues the session of its tail (``replay_tail``) whose output item ids so far
+    are ``session_ids``: the tail is exactly the agent's items of those, in order (a replay of an earlier
+    point forks instead; tool listings may be left out), and the replay brings something new."""
+    tail = replay_tail(reading)
+    return bool(reading.new) and tail is not None and tail[1] == [i for i in session_ids if is_output_id(i)]
 
 
 def text(content: Any) -> str:

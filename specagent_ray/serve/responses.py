@@ -279,15 +279,16 @@ def turn_post(body: ResponseCreate, previous: int, request: CreateSession, terms
                              "(the conversation has its history), or replay the whole history without it", "input")
         new = reading.new
     _media(reading, terms)
+    # a handoff: the route starts a new session from here, whose context is the conversation so far
     if terms.method(body.model) != request.method:
-        raise Conflict(f"a conversation keeps its model: this one runs {request.method!r}", "model")
+        raise Conflict(f"a handoff to another model: this conversation runs {request.method!r}", "model", "handoff")
     said = instructions_of(body, reading)
     if said is not None and said != request.instructions:
-        raise Conflict("a conversation keeps its instructions: omit them, or send the same", "instructions")
+        raise Conflict("a handoff: other instructions", "instructions", "handoff")
     if body.tools is not None:
         asked = tools_of(body, terms)
         if asked != {k: getattr(request, k) for k in asked}:
-            raise Conflict("a conversation keeps its tools: omit them, or send the same", "tools")
+            raise Conflict("a handoff: other tools", "tools", "handoff")
     inputs = [x for x in (_input(i) for i in new) if x is not None]
     if not inputs:
         raise BadRequest("input: nothing new to continue with (a user message, function_call_output or "

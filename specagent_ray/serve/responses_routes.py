@@ -27,7 +27,7 @@ from pydantic import TypeAdapter
 from .api import CreateSession
 from .config import GatewayConfig
 from .errors import RESPONSES, ApiError, BadRequest, Conflict, NotFound, documented, error_body
-from .response_inputs import continues, session_of
+from .response_inputs import continues, replay_tail, session_of
 from .response_items import (
     all_items,
     ended,
@@ -201,12 +201,13 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         if len(sids) > 8:
             raise BadRequest("input: items of more than 8 conversations", "input")
         histories = {sid: await records(sid, who) for sid in sids}  # 404 for a session not the tenant's
-        if len(sids) != 1:
+        last = replay_tail(reading)
+        if last is None:
             return None
-        seen = histories[sids[0]]
-        if not continues(reading, output_ids(seen, sids[0], label(seen[0]))):
+        seen = histories[last[0]]
+        if not continues(reading, output_ids(seen, last[0], label(seen[0]))):
             return None
-        return sids[0], sum(r["t"] == "turn" for r in seen), list(reading.new)
+        return last[0], sum(r["t"] == "turn" for r in seen), list(reading.new)
 
     async def forked(body: ResponseCreate, sid: str, previous: int, who: str) -> ResponseCreate:
         """A new conversation's body for a continuation of response ``previous``, which is not its
@@ -262,13 +263,17 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                                "links": LINKS}, **errors(400, 403, 404, 409, 413)})
     async def create_response(body: ResponseCreate, who: str = tenant, idempotency_key: str | None = key) -> Any:
         """A response: the next turn of an agent conversation (a new one without ``previous_response_id``)."""
-        now, retry = int(time.time()), idempotency_key is not None
+        now, key = int(time.time()), idempotency_key
         body = await resolved(body, who)
         own = await replayed(body, who) if body.previous_response_id is None else None
+
+        async def begin(first: ResponseCreate) -> tuple[str, int, int, None]:
+            out = await coordinator("create", create_request(first, terms), owner=who, idempotency_key=key,
+                                    turn=meta(body, now, echoed_tools(body)), retry=key is not None)
+            return out["session_id"], 0, 0, None
+
         if body.previous_response_id is None and own is None:
-            out = await coordinator("create", create_request(body, terms), owner=who, idempotency_key=idempotency_key,
-                                    turn=meta(body, now, echoed_tools(body)), retry=retry)
-            sid, n, start, given = out["session_id"], 0, 0, None
+            sid, n, start, given = await begin(body)
         else:
             if own is None:
                 sid, previous = parse_response_id(body.previous_response_id or "")
@@ -277,16 +282,17 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
             else:
                 sid, previous, new = own
             request = CreateSession.model_validate((await created(sid, who))["request"])
-            post = turn_post(body, previous, request, terms, now, new)
             try:
+                post = turn_post(body, previous, request, terms, now, new)
                 n, start, given = await respond(sid, post, who, body, idempotency_key)
-            except Conflict as exc:  # not the latest response, and no repeat of a post it took: a fork
-                if exc.code != "not_latest" or own is not None:
+            except Conflict as exc:
+                # a handoff (other instructions, tools or model), or a response that is not the latest and
+                # no repeat of a post it took (a fork): a new session, the history so far its context
+                fork = exc.code == "not_latest" and own is None
+                if exc.code != "handoff" and not fork:
                     raise
-                fork = create_request(await forked(body, sid, previous, who), terms)
-                out = await coordinator("create", fork, owner=who, idempotency_key=idempotency_key,
-                                        turn=meta(body, now, echoed_tools(body)), retry=retry)
-                sid, n, start, given = out["session_id"], 0, 0, None
+                sid, n, start, given = await begin(body if own is not None else
+                                                   await forked(body, sid, previous, who))
         if body.stream:
             return ResponseEvents(stream(sid, n, start, who), headers={"Cache-Control": "no-cache"})
         async for snap in follow(sid, n, start, who, whole=not body.background, given=given):

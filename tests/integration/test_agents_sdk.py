@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from agents import (
     Agent,
@@ -128,3 +129,30 @@ async def test_function_tools_and_a_hosted_mcp_server_mix_in_one_agent(gateway, 
     assert len(calls(journal, "get_balance")) == 1
     kinds = [i.raw_item.type for i in result.new_items if hasattr(i.raw_item, "type")]
     assert "mcp_call" in kinds and "function_call" in kinds
+
+
+@pytest.mark.parametrize("chained", [False, True], ids=["history-replay", "auto-previous-response-id"])
+async def test_a_handoff_switches_instructions_and_tools_and_the_history_carries_over(gateway, chained):
+    """Agent A hands off (its ``transfer_to_b`` function call); the SDK's next request brings B's
+    instructions and tools: a new session starts from there, its context the conversation so far. B's
+    message has no plan of its own, so the scripted engines' default answers (``say ok``)."""
+    b = Agent(name="B", instructions="You are B; you answer billing questions.", model=model(gateway))
+    a = Agent(name="A", instructions="You triage.", handoffs=[b], model=model(gateway))
+    result = await Runner.run(a, "call transfer_to_b {}; say never said by A", auto_previous_response_id=chained)
+    assert result.last_agent is b and result.final_output == "ok"
+    handoff = [i for i in result.new_items if i.type == "handoff_output_item"]
+    assert len(handoff) == 1
+    created = first_record(gateway, result.raw_responses[-1].response_id)
+    assert created["request"]["instructions"].startswith("You are B")
+    assert "transfer_to_b" in created["request"]["context"]  # A's conversation, as B's context
+
+
+def first_record(url: str, response_id: str) -> dict:
+    """The ``created`` record of the session behind a response (its id names the session)."""
+    sid = response_id.removeprefix("resp_").rsplit("_", 1)[0]
+    with httpx.stream("GET", f"{url}/v1/sessions/{sid}/events", headers={"X-API-Key": "dev-key"},
+                      params={"after": 0}, timeout=30) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                return json.loads(line[6:])
+    raise AssertionError("no records")
