@@ -225,13 +225,20 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                                 wait_s=wait)
         return out["turn"], out["start"], out.get("events")
 
-    async def stream(sid: str, n: int, start: int, who: str) -> AsyncIterator[str]:
+    async def stream(sid: str, n: int, start: int, who: str, after: int = -1) -> AsyncIterator[str]:
+        """Response ``n``'s events, those after sequence number ``after`` (a resumed stream: the events
+        are a function of the session's records, so each has the same number every time)."""
+        async for text in _events(sid, n, start, who, after):
+            if text:
+                yield text
+
+    async def _events(sid: str, n: int, start: int, who: str, after: int) -> AsyncIterator[str]:
         number = 0
 
         def event(e: dict[str, Any]) -> str:
             nonlocal number
             number += 1
-            return sse({**e, "sequence_number": number - 1})
+            return sse({**e, "sequence_number": number - 1}) if number - 1 > after else ""
 
         sent = 0
         try:
@@ -300,10 +307,20 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                 return snap
         return snap
 
-    @app.get("/v1/responses/{rid}", operation_id="get_response", response_model=None, responses=errors(404))
-    async def get_response(rid: str, who: str = tenant) -> dict[str, Any]:
-        """A response as it stands: poll it until its status is no longer in_progress."""
-        return await stored(*parse_response_id(rid), who)
+    @app.get("/v1/responses/{rid}", operation_id="get_response", response_model=None,
+             responses={200: {"description": "the response, or its events (stream=true)",
+                              "content": {"application/json": {"schema": {"type": "object"}},
+                                          "text/event-stream": {"itemSchema": EVENT}}}, **errors(400, 404)})
+    async def get_response(rid: str, who: str = tenant, stream_: bool = Query(False, alias="stream"),
+                           starting_after: int | None = Query(None, ge=-1, le=1_000_000)) -> Any:
+        """A response as it stands: poll it until its status is no longer in_progress; ``stream=true``
+        streams its events (a background response's too), after ``starting_after`` to resume one."""
+        sid, n = parse_response_id(rid)
+        if not stream_:
+            return await stored(sid, n, who)
+        seen = await visible(sid, n, who)
+        after = -1 if starting_after is None else starting_after
+        return ResponseEvents(stream(sid, n, turn_start(seen, n), who, after), headers={"Cache-Control": "no-cache"})
 
     @app.post("/v1/responses/{rid}/cancel", operation_id="cancel_response", response_model=None,
               responses=errors(404, 409))

@@ -165,3 +165,16 @@ def test_a_continuation_from_an_earlier_response_forks_the_conversation(gateway)
     with pytest.raises(openai.NotFoundError):  # another tenant forks nothing
         openai.OpenAI(base_url=f"{gateway}/v1", api_key="other-key", max_retries=0).responses.create(
             model="specagent", input="say x", previous_response_id=first.id)
+
+
+def test_a_background_response_streams_and_a_stream_resumes_after_a_sequence_number(gateway):
+    started, _ = post(gateway, {"input": "say hello there", "background": True})
+    with httpx.stream("GET", f"{gateway}/v1/responses/{started['id']}", params={"stream": "true"},
+                      headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as r:
+        whole = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    valid(whole[-1]["response"], whole)
+    assert whole[-1]["type"] == "response.completed"
+    with httpx.stream("GET", f"{gateway}/v1/responses/{started['id']}", params={"stream": "true",
+                      "starting_after": 2}, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as r:
+        rest = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert rest == whole[3:]  # the same events, the same numbers, from number 3 on
