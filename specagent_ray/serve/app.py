@@ -149,6 +149,12 @@ class CoordinatorDeployment:
     async def cancel(self, sid: str, **kw: Any) -> Any:
         return await self.coordinator.cancel(sid, **kw)
 
+    async def create_conversation(self, items: Any, metadata: Any, **kw: Any) -> Any:
+        return await self.coordinator.create_conversation(items, metadata, **kw)
+
+    async def conversation(self, cid: str, op: str, arg: Any = None, **kw: Any) -> Any:
+        return await self.coordinator.conversation(cid, op, arg, **kw)
+
     def stats(self) -> dict[str, Any]:
         import ray
 

@@ -21,6 +21,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from ..protocol.types import Observation, Task
@@ -28,6 +29,7 @@ from ..storage.base import Store
 from .admission import LOCAL, Admission
 from .api import CreateSession, ToolResult, UserMessage
 from .config import AppConfig
+from .conversations import Conversations
 from .engine_client import EngineClient
 from .errors import Conflict, NotFound, ServiceUnavailable
 from .group_commit import GroupCommit
@@ -54,10 +56,8 @@ class Coordinator:
     def __init__(self, cfg: AppConfig, engines: EngineClient, tool_host: ToolHostClient, store: Store,
                  env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.perf_counter,
                  shard: int = 0, wall: Callable[[], float] = time.time):
-        self.cfg = cfg
-        self.shard = shard  # its index among the coordinator shards; session ids name it (shards.py)
-        self.engines, self.tool_host = engines, tool_host
-        c = cfg.coordinator
+        self.cfg, self.shard = cfg, shard  # its index among the coordinator shards; session ids name it (shards.py)
+        self.engines, self.tool_host, c = engines, tool_host, cfg.coordinator
         self.log = SessionLog(store, Lease(store, c.lease_s, c.lease_skew_s, wall=wall), compact_min=c.compact_min)
         self.log.on_fenced = self._fence
         self.fenced: str | None = None
@@ -70,6 +70,8 @@ class Coordinator:
         self.commits = GroupCommit(self.log, c.ack_timeout_s, clock)
         self.on_event: Callable[[Session, ProtocolEvent], None] = lambda s, event: None  # Algorithm 1's events
         self.runner = SessionRunner(cfg, engines, tool_host, self.log, self.env, clock, lambda: len(self.admission))
+        self.conversations = Conversations(shard, self.log.append, self.commits.stored, self._serving, wall)
+        self.create_conversation, self.conversation = self.conversations.create, self.conversations.call  # its API
 
     # -- life -----------------------------------------------------------------------------------------
 
@@ -78,8 +80,7 @@ class Coordinator:
         returns when that is done (``Recovery.start``). A session whose records cannot be read or restored is
         reported (``stats()``, the log) and not served."""
         self.commits.start()  # a no-op after the first call
-        await self.recovery.start(self.log, self.sources.warm, lambda sid, records: resume(self, sid, records),
-                                  self._drop)
+        await self.recovery.start(self.log, self.sources.warm, partial(resume, self), self._drop)
 
     def _drop(self, sid: str) -> None:
         s = self.sessions.pop(sid, None)
@@ -233,8 +234,7 @@ class Coordinator:
         return s
 
     async def _finished_session(self, s: Session, close_tools: bool = True) -> None:
-        """Account a session's end, free its tool environment, and drop the oldest finished sessions
-        past ``retain_finished`` from memory (their records stay in the log)."""
+        """Account a session's end, free its tools, forget the oldest past ``retain_finished`` (not its records)."""
         self.admission.retire(self.sessions, s.id)
         self.metrics.finish(s)
         if not close_tools:

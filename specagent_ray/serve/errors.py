@@ -102,7 +102,7 @@ def documented(*statuses: int, body_schema: str = "ErrorDetail") -> dict[int | s
                      **({"headers": HEADERS[status]} if status in HEADERS else {})} for status in sorted(statuses)}
 
 
-RESPONSES = "/v1/responses"  # the Responses API's routes: their errors are in OpenAI's shape
+RESPONSES = ("/v1/responses", "/v1/conversations")  # OpenAI's APIs here: their errors are in OpenAI's shape
 OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 429: "rate_limit_error"}
 
@@ -115,3 +115,16 @@ def error_body(path: str, status: int, message: str, param: str | None = None,
         return {"detail": message}
     return {"error": {"message": message, "type": OPENAI_TYPES.get(status, "server_error"), "param": param,
                       "code": code}}
+
+
+OPENAI_ERROR = {"title": "OpenAIError", "type": "object", "required": ["error"], "description": "An error on the "
+                "Responses API's routes, in OpenAI's shape (the SDK reads its message)", "properties": {"error": {
+                    "type": "object", "required": ["message", "type"], "properties": {
+                        "message": {"type": "string"}, "type": {"type": "string"},
+                        "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
+
+
+def error_event(code: str, message: str, param: str | None = None) -> dict[str, Any]:
+    """A stream's ``error`` event: Open Responses nests the error, OpenAI's SDK reads it at the top."""
+    error = {"type": "server_error", "code": code, "message": message, "param": param}
+    return {"type": "error", "code": code, "message": message, "param": param, "error": error}

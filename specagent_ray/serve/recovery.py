@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.types import Task
+from .conversations import is_conversation
 from .records import Created, Resumed, parse
 from .session import FINISHED
 from .session_log import SessionLog
@@ -77,7 +78,10 @@ def created_record(sid: str, records: Sequence[dict[str, Any]]) -> Created:
 
 async def resume(c: Coordinator, sid: str, records: list[dict[str, Any]]) -> None:
     """Rebuild one session of coordinator ``c`` from its records (``Session.restore``) and resume it
-    unless it ended."""
+    unless it ended; a conversation's records rebuild that conversation."""
+    if is_conversation(sid):
+        c.conversations.restore(sid, records)
+        return
     created = created_record(sid, records)
     req = created.request
     source = c.cfg.tool_sources.get(req.tool_source)

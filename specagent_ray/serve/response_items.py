@@ -138,7 +138,8 @@ def usage(turn: Records) -> dict[str, Any]:
 
 ECHO = {**SAMPLING, "tool_choice": "auto", "parallel_tool_calls": False, "truncation": "disabled",
         "text": {"format": {"type": "text"}}, "reasoning": None, "max_output_tokens": None, "max_tool_calls": None,
-        "service_tier": "default", "safety_identifier": None, "prompt_cache_key": None, "user": None}
+        "service_tier": "default", "safety_identifier": None, "prompt_cache_key": None, "user": None,
+        "conversation": None}
 
 
 def turn_meta(created: dict[str, Any], turn: Records, n: int) -> dict[str, Any]:
@@ -265,3 +266,14 @@ def ended(status: str) -> str | None:
     """The lifecycle event that ends a stream in ``status``, or None while the response runs."""
     return {"completed": "completed", "failed": "failed", "incomplete": "incomplete",
             "cancelled": "failed"}.get(status)
+
+
+def page(items: list[dict[str, Any]], limit: int, order: str, after: str | None) -> dict[str, Any]:
+    """One page of a list of items (oldest first), OpenAI's list shape: newest first unless ``order``
+    is ``asc``, from the item after ``after`` (the start where no item has that id)."""
+    items = items[::-1] if order == "desc" else items
+    ids = [i["id"] for i in items]
+    start = ids.index(after) + 1 if after in ids else 0
+    out = items[start:start + limit]
+    return {"object": "list", "data": out, "first_id": out[0]["id"] if out else None,
+            "last_id": out[-1]["id"] if out else None, "has_more": start + limit < len(items)}

@@ -174,6 +174,35 @@ InputItem = Annotated[
 INPUTS = (MessageItem, FunctionCallOutputItem, McpApprovalResponseItem)  # kinds that are new input, not history
 
 
+class ConversationRef(Spec):
+    """A response's ``conversation`` as an object."""
+
+    id: Annotated[str, Field(max_length=64)]
+
+
+Metadata = Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
+                     Field(max_length=16)]
+
+
+class ConversationCreate(Spec):
+    """``POST /v1/conversations``: its first items (at most 20) and metadata."""
+
+    items: list[InputItem] | None = Field(None, max_length=20)
+    metadata: Metadata | None = None
+
+
+class ConversationUpdate(Spec):
+    """``POST /v1/conversations/{id}``: its new metadata."""
+
+    metadata: Metadata
+
+
+class ConversationItems(Spec):
+    """``POST /v1/conversations/{id}/items``: items to add (at most 20)."""
+
+    items: list[InputItem] = Field(min_length=1, max_length=20)
+
+
 class Reasoning(Spec):
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
@@ -234,7 +263,7 @@ class ResponseCreate(Spec):
     parallel_tool_calls: bool | None = None
     max_tool_calls: Annotated[int, Field(ge=1, le=1000)] | None = None
     previous_response_id: Annotated[str, Field(max_length=64)] | None = None
-    conversation: Annotated[str, Field(max_length=64)] | Loose | None = None
+    conversation: Annotated[str, Field(max_length=64)] | ConversationRef | None = None
     include: list[Annotated[str, Field(max_length=64)]] | None = Field(None, max_length=16)
     reasoning: Reasoning | None = None
     text: TextParam | None = None
@@ -245,8 +274,7 @@ class ResponseCreate(Spec):
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     max_output_tokens: Annotated[int, Field(ge=16, le=1_000_000)] | None = None
     truncation: Literal["auto", "disabled"] | None = None
-    metadata: Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
-                        Field(max_length=16)] | None = None
+    metadata: Metadata | None = None
     store: bool | None = None
     background: bool | None = None
     stream: bool | None = None
@@ -259,6 +287,22 @@ class ResponseCreate(Spec):
     prompt: Loose | None = None
 
     _integers = field_validator("max_tool_calls", "top_logprobs", "max_output_tokens", mode="before")(json_integer)
+
+
+class InputTokensBody(Spec):
+    """``POST /v1/responses/input_tokens``: what a create body gives the models, to count."""
+
+    model: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    input: Annotated[str, Field(max_length=TEXT)] | Annotated[list[InputItem], Field(max_length=ITEMS)] | None = None
+    instructions: Annotated[str, Field(max_length=TEXT)] | None = None
+    tools: list[Loose] | None = Field(None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    previous_response_id: Annotated[str, Field(max_length=64)] | None = None
+    conversation: Annotated[str, Field(max_length=64)] | ConversationRef | None = None
+    reasoning: Reasoning | None = None
+    text: TextParam | None = None
+    truncation: Literal["auto", "disabled"] | None = None
 
 
 def json_schema() -> dict[str, Any]:

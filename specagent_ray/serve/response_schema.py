@@ -26,7 +26,8 @@ def create_schema(terms: Terms) -> tuple[dict[str, Any], dict[str, Any]]:
     props = base["properties"]
     props["model"] = {"enum": [*terms.methods, *terms.aliases]}
     props["tools"] = _tools(terms)
-    props["conversation"] = props["prompt"] = {"type": "null"}  # refused: no stored prompts, no Conversations API
+    # no stored prompts; a conversation's id is one that POST /v1/conversations answered (left out here)
+    props["conversation"] = props["prompt"] = {"type": "null"}
     for name in ("stream", "background", "store"):
         props[name] = {"type": ["boolean", "null"]}
     first = {**base, "title": "a new conversation", "additionalProperties": False,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -27,6 +27,7 @@ from ..protocol.baselines import METHODS
 from .api import Approval, ClientTool, CreateSession, SourceUse, ToolResult, UserMessage
 from .config import AppConfig, ClientSource, McpSource, OpenAIEngines, SimEngines
 from .errors import BadRequest, Conflict, NotFound
+from .input_tokens import TokenCounter
 from .records import TurnMeta
 from .response_inputs import CONTINUE, Reading, context, media, read, text
 from .response_models import (
@@ -57,6 +58,7 @@ class Terms:
     function_source: str | None
     unhosted: Literal["refuse", "drop"] = "refuse"
     text_only_model: str | None = None  # the model an image or a file is refused for, if the engines read text only
+    counter: TokenCounter = field(default_factory=TokenCounter)  # POST /v1/responses/input_tokens
 
     @classmethod
     def of(cls, cfg: AppConfig) -> Terms | None:
@@ -66,9 +68,9 @@ class Terms:
         mcp = tuple(n for n, s in cfg.tool_sources.items() if isinstance(s, McpSource))
         if isinstance(cfg.engines, SimEngines) or not (mcp or clients):
             return None
-        text_only = cfg.engines.verifier.model if isinstance(cfg.engines, OpenAIEngines) else None
+        verifier = cfg.engines.verifier if isinstance(cfg.engines, OpenAIEngines) else None
         return cls(tuple(cfg.methods), dict(cfg.gateway.model_aliases), mcp, clients[0] if clients else None,
-                   cfg.gateway.unhosted_tools, text_only)
+                   cfg.gateway.unhosted_tools, verifier.model if verifier else None, TokenCounter(verifier))
 
     def method(self, model: str) -> str:
         """The method ``model`` names (400 for a name that is neither a method nor an alias)."""
@@ -92,13 +94,10 @@ def parse_response_id(rid: str) -> tuple[str, int]:
 
 
 def refused(body: ResponseCreate) -> None:
-    """400 for what no server of this kind does: stored prompts and server-side conversations."""
+    """400 for what no server of this kind does: stored prompts."""
     if body.prompt is not None:
         raise BadRequest("prompt: this server keeps no stored prompt templates; send instructions and input",
                          "prompt", "unsupported_parameter")
-    if body.conversation is not None:
-        raise BadRequest("conversation: this server has no Conversations API yet; continue with "
-                         "previous_response_id or replay the history in input", "conversation", "unsupported_parameter")
 
 
 def applied(body: ResponseCreate, tools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -110,7 +109,13 @@ def applied(body: ResponseCreate, tools: list[dict[str, Any]]) -> dict[str, Any]
     return {**SAMPLING, "tool_choice": choice, "parallel_tool_calls": False, "truncation": "disabled",
             "text": {"format": {"type": "text"}}, "reasoning": None, "max_output_tokens": None,
             "max_tool_calls": None, "service_tier": "default", "safety_identifier": body.safety_identifier,
-            "prompt_cache_key": body.prompt_cache_key, "user": body.user, "tools": tools}
+            "prompt_cache_key": body.prompt_cache_key, "user": body.user, "tools": tools,
+            "conversation": {"id": conversation} if (conversation := _conversation_id(body)) else None}
+
+
+def _conversation_id(body: ResponseCreate) -> str | None:
+    value = body.conversation
+    return value if value is None or isinstance(value, str) else value.id
 
 
 def meta(body: ResponseCreate, created_at: int, tools: list[dict[str, Any]]) -> TurnMeta:

@@ -23,10 +23,22 @@ from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from .api import CreateSession
 from .config import GatewayConfig
-from .errors import RESPONSES, ApiError, BadRequest, Conflict, NotFound, documented, error_body
+from .conversations_routes import conversation_of, mount_conversations
+from .errors import (
+    OPENAI_ERROR,
+    RESPONSES,
+    ApiError,
+    BadRequest,
+    Conflict,
+    NotFound,
+    documented,
+    error_body,
+    error_event,
+)
 from .response_inputs import continues, replay_tail, session_of
 from .response_items import (
     all_items,
@@ -38,11 +50,12 @@ from .response_items import (
     labels_of,
     lifecycle,
     output_ids,
+    page,
     response,
     sse,
     turn_start,
 )
-from .response_models import InputItem, ItemReference, ResponseCreate
+from .response_models import InputItem, InputTokensBody, ItemReference, ResponseCreate
 from .response_schema import create_schema
 from .responses import (
     Terms,
@@ -51,6 +64,7 @@ from .responses import (
     meta,
     parse_response_id,
     read_input,
+    response_id,
     turn_post,
 )
 
@@ -67,21 +81,18 @@ LINKS = {name: {"operationId": op, "parameters": {"rid": RESPONSE}} for name, op
     ("InputItems", "list_input_items"))}
 
 
+class ResponseId(StringConvertor):
+    """A response id in a path: ``resp_...``, so that ``/v1/responses/input_tokens`` is no response's path
+    (and its 405 names only its own method)."""
+
+    regex = "resp_[^/]+"
+
+
+register_url_convertor("rid", ResponseId())
+
+
 class ResponseEvents(StreamingResponse):
     media_type = "text/event-stream"
-
-
-OPENAI_ERROR = {"title": "OpenAIError", "type": "object", "required": ["error"], "description": "An error on the "
-                "Responses API's routes, in OpenAI's shape (the SDK reads its message)", "properties": {"error": {
-                    "type": "object", "required": ["message", "type"], "properties": {
-                        "message": {"type": "string"}, "type": {"type": "string"},
-                        "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
-
-
-def error_event(code: str, message: str, param: str | None = None) -> dict[str, Any]:
-    """A stream's ``error`` event: Open Responses nests the error, OpenAI's SDK reads it at the top."""
-    error = {"type": "server_error", "code": code, "message": message, "param": param}
-    return {"type": "error", "code": code, "message": message, "param": param, "error": error}
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -176,13 +187,11 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         seen = await visible(sid, n, who)
         return response(seen[0], seen[turn_start(seen, n):], sid, n, label(seen[0]))
 
-    async def resolved(body: ResponseCreate, who: str) -> ResponseCreate:
-        """``body`` with each ``item_reference`` replaced by the tenant's own item it names (404 for any
+    async def resolve(items: list[Any], who: str) -> list[Any]:
+        """``items`` with each ``item_reference`` replaced by the tenant's own item it names (404 for any
         other: an id of another tenant's conversation is one that does not exist)."""
-        if isinstance(body.input, str) or not any(isinstance(i, ItemReference) for i in body.input):
-            return body
         out = []
-        for item in body.input:
+        for item in items:
             if isinstance(item, ItemReference):
                 sid = session_of(item.id)
                 seen = await records(sid, who) if sid else []
@@ -191,7 +200,32 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                     raise NotFound(f"no item {item.id!r}", "input")
                 item = ITEM.validate_python(found)
             out.append(item)
-        return body.model_copy(update={"input": out})
+        return out
+
+    async def output_of(rid: str, who: str) -> list[dict[str, Any]]:
+        """Response ``rid``'s output items as they stand (none for a response deleted since)."""
+        sid, n = parse_response_id(rid)
+        try:
+            seen = await records(sid, who)
+        except NotFound:
+            return []
+        return response(seen[0], seen[turn_start(seen, n):], sid, n, label(seen[0]))["output"]
+
+    conversations = mount_conversations(app, coordinator, tenant, key, output_of, resolve, errors)
+
+    async def resolved(body: ResponseCreate, who: str) -> tuple[ResponseCreate, list[Any]]:
+        """``body``, its input with the history of its ``conversation`` before it and each
+        ``item_reference`` resolved (``resolve``); and its own input's items."""
+        new = [ITEM.validate_python({"role": "user", "content": body.input})] if isinstance(body.input, str) \
+            else await resolve(list(body.input), who)
+        cid = conversation_of(body.conversation)
+        if cid is None:
+            return (body if isinstance(body.input, str) else body.model_copy(update={"input": new})), new
+        if body.previous_response_id is not None:
+            raise BadRequest("conversation and previous_response_id: give one of them", "conversation",
+                             "invalid_value")
+        history = [ITEM.validate_python(i) for i in await conversations.history(cid, who)]
+        return body.model_copy(update={"input": [*history, *new]}), new
 
     async def replayed(body: ResponseCreate, who: str) -> tuple[str, int, list[Any]] | None:
         """(session, its latest turn, the new input) where ``body`` replays a session of the tenant's own
@@ -271,7 +305,7 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
     async def create_response(body: ResponseCreate, who: str = tenant, idempotency_key: str | None = key) -> Any:
         """A response: the next turn of an agent conversation (a new one without ``previous_response_id``)."""
         now, key = int(time.time()), idempotency_key
-        body = await resolved(body, who)
+        body, new_items = await resolved(body, who)
         own = await replayed(body, who) if body.previous_response_id is None else None
 
         async def begin(first: ResponseCreate) -> tuple[str, int, int, None]:
@@ -300,6 +334,8 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                     raise
                 sid, n, start, given = await begin(body if own is not None else
                                                    await forked(body, sid, previous, who))
+        if (cid := conversation_of(body.conversation)) is not None:  # its new input, and its output, join it
+            await conversations.link(cid, response_id(sid, n), new_items, who)
         if body.stream:
             return ResponseEvents(stream(sid, n, start, who), headers={"Cache-Control": "no-cache"})
         async for snap in follow(sid, n, start, who, whole=not body.background, given=given):
@@ -307,7 +343,23 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
                 return snap
         return snap
 
-    @app.get("/v1/responses/{rid}", operation_id="get_response", response_model=None,
+    @app.post("/v1/responses/input_tokens", operation_id="count_input_tokens", response_model=None,
+              responses=errors(400, 404, 413))
+    async def input_tokens(body: InputTokensBody, who: str = tenant) -> dict[str, Any]:
+        """How many tokens a request's input is, its conversation's history included (``input_tokens.py``:
+        the verifier's tokenizer where it can be asked, the token model's estimate elsewhere)."""
+        history: list[Any] = []
+        if (cid := conversation_of(body.conversation)) is not None:
+            history = [ITEM.validate_python(i) for i in await conversations.history(cid, who)]
+        elif body.previous_response_id is not None:
+            sid, n = parse_response_id(body.previous_response_id)
+            seen = await visible(sid, n, who)
+            history = [ITEM.validate_python(i) for i in history_until(seen, sid, n, label(seen[0]))]
+        if isinstance(body.input, list):
+            body = body.model_copy(update={"input": await resolve(list(body.input), who)})
+        return await terms.counter.count(body, history)
+
+    @app.get("/v1/responses/{rid:rid}", operation_id="get_response", response_model=None,
              responses={200: {"description": "the response, or its events (stream=true)",
                               "content": {"application/json": {"schema": {"type": "object"}},
                                           "text/event-stream": {"itemSchema": EVENT}}}, **errors(400, 404)})
@@ -322,7 +374,7 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         after = -1 if starting_after is None else starting_after
         return ResponseEvents(stream(sid, n, turn_start(seen, n), who, after), headers={"Cache-Control": "no-cache"})
 
-    @app.post("/v1/responses/{rid}/cancel", operation_id="cancel_response", response_model=None,
+    @app.post("/v1/responses/{rid:rid}/cancel", operation_id="cancel_response", response_model=None,
               responses=errors(404, 409))
     async def cancel_response(rid: str, who: str = tenant) -> dict[str, Any]:
         """Cancel a response in progress: its conversation's session ends as cancelled."""
@@ -333,7 +385,7 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         await coordinator("cancel", sid, owner=who)
         return await stored(sid, n, who)
 
-    @app.delete("/v1/responses/{rid}", operation_id="delete_response", response_model=None,
+    @app.delete("/v1/responses/{rid:rid}", operation_id="delete_response", response_model=None,
                 responses=errors(404))
     async def delete_response(rid: str, who: str = tenant) -> dict[str, Any]:
         """Delete the conversation this response belongs to: it ends, and its responses answer 404."""
@@ -342,18 +394,12 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         await coordinator("delete", sid, owner=who)
         return {"id": rid, "object": "response.deleted", "deleted": True}
 
-    @app.get("/v1/responses/{rid}/input_items", operation_id="list_input_items", response_model=None,
+    @app.get("/v1/responses/{rid:rid}/input_items", operation_id="list_input_items", response_model=None,
              responses=errors(400, 404))
     async def list_input_items(rid: str, request: Request, who: str = tenant,
                                limit: int = Query(20, ge=1, le=100), order: str = Query("desc", pattern="^(asc|desc)$"),
                                after: str | None = Query(None, max_length=200)) -> dict[str, Any]:
         """The items the client sent in this response's request, newest first unless ``order=asc``."""
         sid, n = parse_response_id(rid)
-        items = input_items(await visible(sid, n, who), sid, n)
-        items = items[::-1] if order == "desc" else items
-        ids = [i["id"] for i in items]
-        start = ids.index(after) + 1 if after in ids else 0
-        page = items[start:start + limit]
-        return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-                "last_id": page[-1]["id"] if page else None, "has_more": start + limit < len(items)}
+        return page(input_items(await visible(sid, n, who), sid, n), limit, order, after)
 

@@ -34,8 +34,8 @@ def session_id(shard: int, token: str) -> str:
 
 
 def shard_of(sid: str) -> int | None:
-    """The shard a session id names; None if it names none."""
-    head, sep, rest = sid.partition("-")
+    """The shard a session id (or a conversation's, ``conv_<session id>``) names; None if it names none."""
+    head, sep, rest = sid.removeprefix("conv_").partition("-")
     if not sep:
         return 0  # an id from before shards: shard 0's
     return int(head) if head.isdigit() and len(head) <= 3 and rest else None
@@ -56,7 +56,7 @@ class ShardRouter:
             return combined(await asyncio.gather(*(self.call_shard(i, "stats") for i in range(self.n))))
         if method == "usage":  # each shard's log holds its own sessions: added up, nothing twice
             return merged_usage(await asyncio.gather(*(self.call_shard(i, "usage", *args) for i in range(self.n))))
-        if method == "create":
+        if method in ("create", "create_conversation"):
             return await self.call_shard(self._create_shard(kwargs), method, *args, **kwargs)
         sid = args[0]
         shard = shard_of(sid)
