@@ -25,7 +25,8 @@ from ..models.users import GREETING, BfclUser, Tau2User
 from ..protocol.baselines import METHODS
 from ..protocol.runtime import Parts, SpecConfig
 from ..protocol.types import Event, History, Task, Termination, Trajectory
-from ..telemetry.resources import Pricing, report_from_ledger
+from ..costs.deployment import Pricing
+from ..telemetry.resources import report_from_ledger
 from ..tools.tau2 import Tau2Domain, Tau2Tools
 from .results import TrialResult, block_stats, repair_cache, role_usage
 from .tau2 import HIDDEN

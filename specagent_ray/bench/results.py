@@ -10,7 +10,8 @@ from ..costs.ledger import Ledger
 from ..costs.model import CallCost, ledger_cost
 from ..costs.specs import GpuProfile, ModelSpec
 from ..protocol.types import Trajectory
-from ..telemetry.resources import ResourceReport, RoleDeployment
+from ..costs.deployment import RoleDeployment
+from ..telemetry.resources import ResourceReport
 
 
 class Frozen(BaseModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..telemetry.resources import RoleDeployment
+from .deployment import RoleDeployment
 from .specs import gpu_names, load_gpu, load_model, model_names
 
 

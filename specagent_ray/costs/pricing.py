@@ -6,7 +6,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..telemetry.resources import Pricing
+from .deployment import Pricing
 from .specs import by_name, yaml_entries
 
 

@@ -151,10 +151,8 @@ class PlanVerifier:
 class PlanEngineClient:
     """The coordinator's ``EngineClient`` for ``ScriptedEngines``: plan-following models, no batching."""
 
-    def __init__(self) -> None:
-        from ..serve.priority import ProgramPriority
-
-        self.priority = ProgramPriority()  # nothing waits on an engine; its waits stay empty
+    def __init__(self, priority: Any) -> None:
+        self.priority = priority  # a ``ProgramPriority``: nothing waits on an engine, its waits stay empty
 
     def models(self, session: Any, catalog: object) -> tuple[PlanPolicy, PlanPolicy, PlanVerifier]:
         functions = session.request.client_tools

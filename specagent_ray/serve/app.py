@@ -170,8 +170,9 @@ def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: Depl
         return SimEngineClient(Served(drafter), Served(verifier), config.engines, config.coordinator)
     if isinstance(config.engines, ScriptedEngines):
         from ..models.plan import PlanEngineClient
+        from .priority import ProgramPriority
 
-        return PlanEngineClient()
+        return PlanEngineClient(ProgramPriority())
     return OpenAIEngineClient(config.engines, config.coordinator, dict(os.environ), config.coordinators)
 
 

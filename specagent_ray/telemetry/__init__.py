@@ -2,7 +2,7 @@
 
 from .attribution import Attributed, Attribution, Window, attribute, bucket_tokens
 from .nvml import DeviceStatus, NvmlApi, NvmlSampler, PynvmlApi
-from .resources import Pricing, ResourceReport, RoleDeployment, RoleTokens, report_from_ledger, session_report
+from .resources import ResourceReport, RoleTokens, report_from_ledger, session_report
 
 __all__ = [
     "Attributed",
@@ -10,10 +10,8 @@ __all__ = [
     "DeviceStatus",
     "NvmlApi",
     "NvmlSampler",
-    "Pricing",
     "PynvmlApi",
     "ResourceReport",
-    "RoleDeployment",
     "RoleTokens",
     "Window",
     "attribute",

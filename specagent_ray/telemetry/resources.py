@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..costs.model import HasCalls, ledger_cost
-from ..costs.specs import GpuProfile, ModelSpec
+from ..costs.deployment import RoleDeployment
 from .attribution import Attributed
 
 Source = Literal["measured", "estimated", "mixed"]
@@ -28,25 +28,6 @@ Source = Literal["measured", "estimated", "mixed"]
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Pricing(_Frozen):
-    """A cloud backend's list prices in dollars per million tokens; ``prompt_per_mtok`` applies to uncached
-    prompt tokens, ``cached_per_mtok`` to cached ones."""
-
-    prompt_per_mtok: float = Field(ge=0)
-    cached_per_mtok: float = Field(ge=0)
-    decode_per_mtok: float = Field(ge=0)
-
-
-class RoleDeployment(_Frozen):
-    """Where one model role runs: the spec and GPU profile the estimates use, the GPUs per call (for
-    GPU-seconds), and list prices if it is a cloud backend."""
-
-    spec: ModelSpec
-    gpu: GpuProfile
-    n_gpus: int = Field(ge=1)
-    pricing: Pricing | None = None
 
 
 class RoleTokens(_Frozen):

@@ -61,6 +61,7 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
     from ..serve.engine_client import SimEngineClient
     from ..serve.gateway import make_api
     from ..serve.handles import Local
+    from ..serve.priority import ProgramPriority
     from ..serve.responses import Terms
     from ..serve.shards import ShardRouter, shard_log
     from ..serve.sim_engine import SimEngine
@@ -77,7 +78,7 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
     for i in range(cfg.coordinators):  # each shard has its own engine clients, log namespace and lease
         engines = (SimEngineClient(Local(SimEngine("drafter", cfg.engines)), Local(SimEngine("verifier", cfg.engines)),
                                    cfg.engines, cfg.coordinator) if isinstance(cfg.engines, SimEngines)
-                   else PlanEngineClient())
+                   else PlanEngineClient(ProgramPriority()))
         store = LocalStore(Path(shard_log(str(log_dir), i)))
         shards.append(Coordinator(cfg, engines, Local(ToolHost(cfg.tool_sources)), store, shard=i))
 

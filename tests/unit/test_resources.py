@@ -7,6 +7,7 @@ import pytest
 from pydantic import ValidationError
 from test_nvml import Clock, FakeNvml  # the injected NVML table (tests/unit is on sys.path)
 
+from specagent_ray.costs.deployment import Pricing, RoleDeployment
 from specagent_ray.costs.ledger import Ledger
 from specagent_ray.costs.model import ledger_cost
 from specagent_ray.costs.specs import GpuProfile, ModelSpec
@@ -15,9 +16,7 @@ from specagent_ray.protocol.types import Usage
 from specagent_ray.telemetry.attribution import Attributed, attribute, bucket_tokens
 from specagent_ray.telemetry.nvml import NvmlSampler, PynvmlApi
 from specagent_ray.telemetry.resources import (
-    Pricing,
     ResourceReport,
-    RoleDeployment,
     combine_sources,
     report_from_ledger,
     session_report,
