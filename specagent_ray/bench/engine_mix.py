@@ -26,8 +26,8 @@ from ..protocol.interfaces import CallRecord, EngineUnavailable, MalformedOutput
 from ..protocol.types import Action, Effect, History, Observation, Step, Task
 from ..serve.config import CoordinatorConfig, Endpoint, OpenAIEngines
 from ..serve.engine_client import OpenAIEngineClient
-from ..serve.priority import PriorityConfig
-from ..serve.session import Catalog
+from ..serve.tuning import PriorityConfig
+from ..serve.catalog import Catalog
 
 SCHEMAS = {
     "get_reservation": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},

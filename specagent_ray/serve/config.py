@@ -13,8 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..costs.hardware import Hardware
 from ..protocol.baselines import METHODS
-from .priority import PriorityConfig
-from .speculation import SpeculationConfig
+from .tuning import PriorityConfig, SpeculationConfig
 from .tenants import TenantConfig, check_tenants
 
 

@@ -5,12 +5,11 @@ shared engine clients that batch verify requests across sessions (``engine_clien
 host. Admission control keeps the number of running sessions and queued engine requests bounded: past
 either limit a new session or message gets ``Overloaded`` (HTTP 429 with Retry-After).
 
-Durability: every record goes to the session log (group commit) before it is shown to clients; a staged
-write's intent is durable before the write runs; create, messages and tool results are answered only once
-their records are stored. A restarted coordinator takes the log's lease (a displaced one is fenced: it
-stops appending and executing), replays the log, finishes any write whose intent it logged (the tool
-host's durable idempotency records make that at-most-once), and resumes each unfinished session from its
-committed history. A session whose records cannot be read is reported and skipped; the rest are served.
+Durability: every record goes to the session log (group commit) before clients see it; a staged write's
+intent is durable before the write runs; create, messages and tool results are answered once stored. A
+restarted coordinator takes the log's lease (a displaced one is fenced: it appends and executes nothing),
+replays the log and resumes each unfinished session (``resume.py``; the tool host's idempotency records
+keep a logged write at most once). A session whose records cannot be read is reported; the rest are served.
 """
 
 from __future__ import annotations
@@ -35,7 +34,8 @@ from .errors import Conflict, NotFound, ServiceUnavailable
 from .group_commit import GroupCommit
 from .lease import Lease
 from .records import Created, Deleted, Final, ProtocolEvent, Record, TurnMeta
-from .recovery import Recovery, resume
+from .recovery import Recovery
+from .resume import resume
 from .reports import Metrics, shard_stats, shard_usage, trajectory_report
 from .runner import SessionRunner
 from .session import FINISHED, Session, summary
@@ -43,7 +43,8 @@ from .session_log import SessionLog
 from .shards import session_id
 from .sources import ToolSources
 from .tool_host import ToolHostClient
-from .turns import ApprovalPost, TurnPost, answer_approval, take_turn
+from .turn_taking import answer_approval, take_turn
+from .turns import ApprovalPost, TurnPost
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +84,8 @@ class Coordinator:
         await self.recovery.start(self.log, self.sources.warm, partial(resume, self), self._drop)
 
     def _drop(self, sid: str) -> None:
-        s = self.sessions.pop(sid, None)
         self.admission.ended(sid)
-        if s is not None and s.runner is not None:
+        if (s := self.sessions.pop(sid, None)) is not None and s.runner is not None:
             s.runner.cancel()
 
     def _fence(self, reason: str) -> None:

@@ -32,12 +32,13 @@ from ..protocol.types import History, Proposal, Review, Step
 from ..telemetry.tracing import traceparent_headers
 from .api import CreateSession
 from .batcher import Batcher
+from .catalog import Catalog
 from .config import CoordinatorConfig, OpenAIEngines, SimEngines
 from .handles import lane_of
 from .prefill_ahead import PrefillAhead
 from .priority import ProgramPriority
-from .session import Catalog, Session
 from .sim_engine import SimRequest
+from .views import SessionView
 
 async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Awaitable[Any]]) -> Any:
     """``call`` up to n times; malformed output is an answer and is not retried here. What still fails
@@ -62,7 +63,7 @@ async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Await
 class EngineClient(Protocol):
     """What the coordinator needs of its engines: each session's models, and the batchers' queues."""
 
-    def models(self, session: Session, catalog: Catalog) -> tuple[Policy, Policy, Verifier]: ...
+    def models(self, session: SessionView, catalog: Catalog) -> tuple[Policy, Policy, Verifier]: ...
 
     def queued(self) -> int: ...
 
@@ -75,7 +76,7 @@ class EngineClient(Protocol):
 class _Remote:
     """Calls of one session's model that go through ``attempts`` and count as time outside the coordinator."""
 
-    def __init__(self, session: Session, what: str, tries: int, timeout_s: float):
+    def __init__(self, session: SessionView, what: str, tries: int, timeout_s: float):
         self.session, self.what, self.tries, self.timeout_s = session, what, tries, timeout_s
 
     async def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
@@ -86,7 +87,7 @@ class _Remote:
 class RemotePolicy(_Remote):
     """The protocol's ``Policy`` on an engine: ``propose(history, draft, feedback)``."""
 
-    def __init__(self, session: Session, what: str, tries: int, timeout_s: float,
+    def __init__(self, session: SessionView, what: str, tries: int, timeout_s: float,
                  propose: Callable[[History, Sequence[Step], str | None], Awaitable[Proposal]]):
         super().__init__(session, what, tries, timeout_s)
         self._propose = propose
@@ -100,7 +101,7 @@ class RemoteVerifier(_Remote):
     It is a ``JudgeWithCriteria``: ``by_exact_match()`` is the same engine asked to accept only its own
     exact steps, so a served exact-match ablation changes the criterion only, as the bench's does."""
 
-    def __init__(self, session: Session, what: str, tries: int, timeout_s: float,
+    def __init__(self, session: SessionView, what: str, tries: int, timeout_s: float,
                  judge: Callable[[History, Sequence[Step], str], Awaitable[Review]], criterion: str = "semantic"):
         super().__init__(session, what, tries, timeout_s)
         self._judge, self.criterion = judge, criterion
@@ -144,7 +145,7 @@ class SimEngineClient:
     def batchers(self) -> dict[str, list[Batcher]]:
         return {"draft": self.drafts, "strong": self.strong_steps, "verify": self.verifies}
 
-    def models(self, session: Session, catalog: Catalog) -> tuple[Policy, Policy, Verifier]:
+    def models(self, session: SessionView, catalog: Catalog) -> tuple[Policy, Policy, Verifier]:
         trial = session.request.trial
         draft_lane, verifier_lane = lane_of(session.id, self.draft_lanes), lane_of(session.id, self.lanes)
 
@@ -193,7 +194,7 @@ class OpenAIEngineClient:
     def batchers(self) -> dict[str, list[Batcher]]:
         return {"verify": [self.verify_batch]}
 
-    def models(self, session: Session, catalog: Catalog) -> tuple[Policy, Policy, Verifier]:
+    def models(self, session: SessionView, catalog: Catalog) -> tuple[Policy, Policy, Verifier]:
         policy = catalog.policy[: self.cfg.policy_chars] if self.cfg.policy_chars else catalog.policy
         request = session.request
         role = {"agent_role": agent_role(request)} if request.instructions or request.context else {}

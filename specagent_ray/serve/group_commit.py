@@ -10,22 +10,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from ..storage.base import StoreError
 from .errors import ServiceUnavailable
 from .lease import Fenced
-from .session import Session
 from .session_log import SessionLog
 
 log = logging.getLogger(__name__)
 
 
+class Journaled(Protocol):
+    """A session as the group commit sees it (``session.Session`` is one): its id, the records it
+    appended that are not yet public, and ``publish``, which makes stored records public in order."""
+
+    id: str
+    unpublished: list[dict[str, Any]]
+
+    def publish(self, records: Sequence[dict[str, Any]]) -> None: ...
+
+
 class GroupCommit:
     def __init__(self, session_log: SessionLog, ack_timeout_s: float, clock: Callable[[], float]):
         self.log, self.ack_timeout_s, self.clock = session_log, ack_timeout_s, clock
-        self._dirty: set[Session] = set()
+        self._dirty: set[Journaled] = set()
         self._wake = asyncio.Event()
         self.flusher: asyncio.Task | None = None
 
@@ -34,7 +43,7 @@ class GroupCommit:
         if self.flusher is None:
             self.flusher = asyncio.get_running_loop().create_task(self._flush_forever())
 
-    def append(self, s: Session, data: dict[str, Any]) -> None:
+    def append(self, s: Journaled, data: dict[str, Any]) -> None:
         """Queue one of ``s``'s records for the next flush."""
         self.log.append(s.id, data)
         self._dirty.add(s)

@@ -3,18 +3,12 @@ tenant) and its body size (413 before any byte is parsed)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 from .errors import error_body
-
-
-def tenant_of(key: str) -> str:
-    """A key's tenant id: a hash, so neither logs nor session records hold the key."""
-    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 class TokenBucket:

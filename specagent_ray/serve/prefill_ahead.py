@@ -37,6 +37,7 @@ from ..models.prompts import Prompts
 from ..protocol.interfaces import CallRecord
 from ..protocol.types import History, Step
 from .priority import ProgramPriority
+from .views import SessionView
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +92,9 @@ class PrefillAhead:
         fresh = self.clock() - at < self.trust_s and self.computed - computed < self.kv_reach
         return fresh and self.covered(session_id, history)
 
-    def start(self, session: Any, prompts: Prompts, history: History, headers: Callable[[], dict],
+    def start(self, session: SessionView, prompts: Prompts, history: History, headers: Callable[[], dict],
               trail: PromptTrail | None = None) -> None:
-        """Begin the prefill of ``history``'s leading block for ``session`` (a ``Session``), unless cached;
+        """Begin the prefill of ``history``'s leading block for ``session``, unless cached;
         ``trail``: the session's prompts to the verifier, which measure the prefill's predicted cache hit."""
         if self.cached(session.id, history):
             self.counts["skipped"] += 1
@@ -117,7 +118,7 @@ class PrefillAhead:
         if task is not None and not task.done() and not self.send_priority:
             await asyncio.wait([task])  # never raises: _prefill keeps its own failures
 
-    async def _prefill(self, session: Any, prompts: Prompts, history: History, headers: Callable[[], dict],
+    async def _prefill(self, session: SessionView, prompts: Prompts, history: History, headers: Callable[[], dict],
                        trail: PromptTrail | None) -> None:
         messages = prompts.leading_block(history)
         start = self.clock()

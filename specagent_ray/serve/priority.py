@@ -22,44 +22,12 @@ import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .tuning import KINDS, Kind, PriorityConfig
 
 T = TypeVar("T")
-Kind = Literal["write", "strong", "draft", "prefill"]
-KINDS: tuple[Kind, ...] = ("write", "strong", "draft", "prefill")
-
-
-class PriorityConfig(BaseModel):
-    """How engine requests are ordered: by kind first, then by the session's attained strong service."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    quantum_s: float = Field(0.01, gt=0, description="resolution of the deadlines sent as priorities")
-    slack_s: dict[Kind, float] = Field(
-        default_factory=lambda: {"write": 0.0, "strong": 1.0, "draft": 2.0, "prefill": 3.0},
-        description="each kind's slack, seconds: write (verify or repair of a session blocked on a staged "
-                    "write), strong (other verifies and strong steps), draft, prefill (ahead of a verify)")
-    level_s: float = Field(0.2, ge=0, description="slack per level of attained strong-engine service")
-    levels: int = Field(5, ge=1, le=64, description="service levels; level = floor(log2(1 + tokens / unit))")
-    unit_tokens: int = Field(2048, ge=1, description="strong-engine tokens (uncached prompt + decode) of level 1")
-
-    @model_validator(mode="after")
-    def _kinds_apart(self) -> PriorityConfig:
-        if set(self.slack_s) != set(KINDS):
-            raise ValueError(f"slack_s needs exactly the kinds {', '.join(KINDS)}")
-        ordered = [self.slack_s[k] for k in KINDS]
-        widest = self.level_s * (self.levels - 1)
-        if any(b - a <= widest for a, b in zip(ordered, ordered[1:])):
-            raise ValueError(f"slack_s must grow write < strong < draft < prefill by more than "
-                             f"level_s x (levels - 1) = {widest:g}s, so that kinds never swap places")
-        return self
-
-    @property
-    def max_slack_s(self) -> float:
-        """The window within which a later request can still pass an earlier one."""
-        return max(self.slack_s.values()) + self.level_s * (self.levels - 1) - min(self.slack_s.values())
 
 
 class ProgramPriority:

@@ -1,5 +1,5 @@
-"""Replaying the session log after a restart: every session whose records can be read is restored
-(``resume``); one whose records cannot be read or restored is reported, with the reason, and not
+"""Replaying the session log after a restart: every session whose records can be read is handed to a
+restore callback (the coordinator's ``resume.resume``); one whose records cannot be read or restored is reported, with the reason, and not
 served, while the others are."""
 
 from __future__ import annotations
@@ -7,16 +7,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..protocol.types import Task
-from .conversations import is_conversation
-from .records import Created, Resumed, parse
-from .session import FINISHED
+from .records import Created, parse
 from .session_log import SessionLog
-
-if TYPE_CHECKING:
-    from .coordinator import Coordinator
 
 log = logging.getLogger(__name__)
 Restore = Callable[[str, list[dict[str, Any]]], Awaitable[None]]  # rebuilds one session from its records
@@ -74,27 +68,3 @@ def created_record(sid: str, records: Sequence[dict[str, Any]]) -> Created:
     if not isinstance(created, Created):
         raise ValueError(f"session {sid}: its log does not start with 'created'")
     return created
-
-
-async def resume(c: Coordinator, sid: str, records: list[dict[str, Any]]) -> None:
-    """Rebuild one session of coordinator ``c`` from its records (``Session.restore``) and resume it
-    unless it ended; a conversation's records rebuild that conversation."""
-    if is_conversation(sid):
-        c.conversations.restore(sid, records)
-        return
-    created = created_record(sid, records)
-    req = created.request
-    source = c.cfg.tool_sources.get(req.tool_source)
-    if source is None:
-        raise ValueError(f"session {sid}: tool source {req.tool_source!r} is no longer configured")
-    task = await c.sources.task(req, source)
-    s = c._session(sid, req, Task(task.id, created.opening, task.context), created.owner, created.idempotency_key)
-    c.admission.started(sid, created.owner, created.idempotency_key)
-    s.restore(records)
-    c.metrics.committed_steps += len(s.steps)
-    if s.status in FINISHED:
-        await c._finished_session(s, close_tools=False)  # closed when it finished
-        return
-    s.record(Resumed(committed_steps=len(s.steps)))
-    c.recovery.resumed += 1
-    s.runner = asyncio.get_running_loop().create_task(c._run(s, await c.sources.catalog(req, source)))

@@ -27,11 +27,12 @@ from .config import AppConfig, ClientSource
 from .engine_client import EngineClient
 from .errors import unwrap
 from .records import AgentMessage, Final, Opening, ToolResultRecord, UserMessageRecord
-from .session import Catalog, IdleTimeout, Session
+from .catalog import Catalog
+from .session import IdleTimeout, Session
 from .session_log import SessionLog
 from .speculation import BlockSizes, engine_load, replicas
 from .tool_host import ToolHostClient
-from .turns import approved
+from .turn_taking import approved
 from .wire import observation_dict
 
 log = logging.getLogger(__name__)

@@ -28,11 +28,13 @@ from ..protocol.types import (
     ToolCall,
     Usage,
 )
-from ..tools.schema import SchemaValidator
 from .api import CreateSession
 from .errors import BadRequest, Conflict, NotFound, Overloaded
 from .records import (
+    ApprovalAnswer,
+    ApprovalRequest,
     Commit,
+    Deleted,
     Final,
     Intent,
     ModelCalls,
@@ -42,10 +44,11 @@ from .records import (
     Result,
     ToolCallPending,
     ToolResultPosted,
+    Turn,
     UserMessageRecord,
     parse,
 )
-from .turns import ENDS_TURN, Approvals, Turns, restore_turn
+from .turns import ENDS_TURN, Approvals, Turns
 from .wire import event_dict, observation_dict, observation_from, step_dict, step_from
 
 Status = str  # running | waiting_user | waiting_tool | waiting_approval | done | failed | cancelled | timed_out
@@ -54,45 +57,6 @@ FINISHED = ("done", "failed", "cancelled", "timed_out")
 
 class IdleTimeout(BaseException):  # like CancelledError, it must pass the protocol's tool error handler
     """The session waited ``idle_timeout_s`` for its client (a user message or a tool result): it ends."""
-
-
-@dataclass
-class Catalog:
-    """A session's tools: schemas for ``valid()``, effects for ``classify`` (unknown tools are WRITE),
-    and the policy text the prompts carry."""
-
-    schemas: dict[str, dict[str, Any]]
-    effects: dict[str, Effect]
-    policy: str = ""
-    routes: dict[str, str] = field(default_factory=dict)  # a tool of a session's ``more_sources``: its source
-
-    def __post_init__(self) -> None:
-        self.validator = SchemaValidator(self.schemas)
-
-    def effect(self, name: str) -> Effect:
-        return self.effects.get(name, Effect.WRITE)
-
-    def listing(self) -> list[dict[str, Any]]:
-        """The tools as a client sees them: name, arguments schema, whether they run as reads here, and
-        the source of a tool from the session's ``more_sources``."""
-        return [{"name": n, "input_schema": schema, "annotations": {"read_only": self.effect(n) is Effect.READ},
-                 **({"source": self.routes[n]} if n in self.routes else {})} for n, schema in self.schemas.items()]
-
-    def narrowed(self, keep: set[str] | None) -> Catalog:
-        """These tools, only those in ``keep`` (all if None)."""
-        if keep is None:
-            return self
-        return Catalog({n: v for n, v in self.schemas.items() if n in keep},
-                       {n: e for n, e in self.effects.items() if n in keep}, self.policy,
-                       {n: r for n, r in self.routes.items() if n in keep})
-
-    def joined(self, other: Catalog, source: str) -> Catalog:
-        """These tools and ``other``'s, which come from ``source`` (400 for a name in both)."""
-        both = sorted(set(self.schemas) & set(other.schemas))
-        if both:
-            raise BadRequest(f"tool {both[0]!r} is in more than one of the session's tool sources ({source} too)")
-        return Catalog({**self.schemas, **other.schemas}, {**self.effects, **other.effects}, self.policy,
-                       {**self.routes, **dict.fromkeys(other.schemas, source)})
 
 
 @dataclass(eq=False)  # identity: a session is a live object, hashed by id()
@@ -319,9 +283,9 @@ class Session:
                 case ToolResultPosted(call_id=call_id, observation=obs):
                     self.pending_calls.pop(call_id, None)
                     self.posted[call_id] = observation_from(obs.model_dump())
-                    restore_turn(self, rec)
+                    self._restore_turn(rec)
                 case _:
-                    restore_turn(self, rec)
+                    self._restore_turn(rec)
         self._calls_logged, self.recorded = len(self.ledger.calls), len(self.events)
         if self.request.user == "client" and self.status not in FINISHED:
             answered = sum(1 for x in self.steps if x.action.kind is ActionKind.MESSAGE)
@@ -329,6 +293,24 @@ class Session:
                 self.inbox.put_nowait(message)
 
     # -- the client's messages and tools --------------------------------------------------------------
+
+
+    def _restore_turn(self, rec: Record) -> None:
+        """Replay a record of turns, approvals or deletion into ``s`` (``restore``)."""
+        match rec:
+            case Turn(n=n, idempotency_key=key):
+                self.turns.count, self.turns.starts[n] = n + 1, len(self.events) - 1  # restore appended it already
+                self.turns.ended = False
+                if key is not None:
+                    self.turns.keys[key] = n
+            case ToolResultPosted(call_id=call_id):
+                self.turns.took[f"call:{call_id}"] = self.turns.count - 1
+            case ApprovalRequest() | ApprovalAnswer():
+                self.approvals.restore(rec)
+                if isinstance(rec, ApprovalAnswer):
+                    self.turns.took[f"approval:{rec.id}"] = self.turns.count - 1
+            case Deleted():
+                self.deleted = True
 
     def repeated_message(self, key: str | None, text: str, stop: bool) -> bool:
         """True if ``key`` already posted this message (409 if it posted another)."""

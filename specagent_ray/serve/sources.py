@@ -26,10 +26,11 @@ from .config import (
     Tau2Source,
     unavailable_sources,
 )
+from .catalog import Catalog
 from .errors import BadRequest, Conflict, Forbidden
-from .session import Catalog, Session
 from .tenants import TenantRules
 from .tool_host import ToolHostClient
+from .views import FinishedSession
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class ToolSources:
             elif isinstance(source, BfclSource):
                 await self.bfcl_cases(source)
 
-    async def graded(self, s: Session) -> str | None:
+    async def graded(self, s: FinishedSession) -> str | None:
         """Set a finished tau2 session's reward; the reason, if tau2's evaluator cannot replay its record."""
         try:
             s.reward = await asyncio.to_thread(self.grade, s)
@@ -112,7 +113,7 @@ class ToolSources:
         return None
 
     @staticmethod
-    def grade(s: Session) -> float:
+    def grade(s: FinishedSession) -> float:
         """The benchmark's own reward for a finished session (blocking: run it in a thread)."""
         from ..benchmarks import benchmark
 

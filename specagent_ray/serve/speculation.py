@@ -18,74 +18,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..costs.controller import Controller, Load, TokenModel
 from ..costs.online import AdaptiveK, Prior
 from ..costs.planner import Engine
 from ..protocol.interfaces import BlockSize
-
-
-class PriorConfig(BaseModel):
-    """A session's estimates before it has any blocks of its own (``costs/controller.Prior``): rounded from
-    `bench tau2 --domain airline` (simulated), as `specagent-ray plan`'s defaults are."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    p_read: float = Field(0.82, ge=0, le=1, description="acceptance of a drafted read")
-    p_write: float = Field(0.82, ge=0, le=1, description="acceptance of a drafted (staged) write")
-    write_share: float = Field(0.3, ge=0, le=1, description="share of drafted steps that are writes")
-    rho: float = Field(0.2, ge=0, le=1, description="separate strong repairs per rejection")
-    weight: float = Field(4.0, gt=0, description="how many observations the prior counts as")
-
-
-class TokensConfig(BaseModel):
-    """The controller's token model (``costs/controller.TokenModel``): prompt tokens are ``system`` plus
-    ``new`` per committed step; a step decodes ``step``, a verdict ``verdict``. `bench adaptive` prints
-    them as fitted on a fixed-K run of the domain."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    system: float = Field(TokenModel.system, ge=0, description="the prompt before the first step")
-    new: float = Field(TokenModel.new, ge=0, description="prompt tokens each committed step adds")
-    step: float = Field(TokenModel.step, ge=0, description="decode tokens of a step")
-    verdict: float = Field(TokenModel.verdict, ge=0, description="decode tokens of a verdict")
-
-
-class SpeculationConfig(BaseModel):
-    """The profile's ``speculation`` section (see the module docstring)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mode: Literal["fixed", "adaptive", "table"] = "fixed"
-    objective: Literal["latency", "gpu_seconds", "strong_hbm"] = Field(
-        "gpu_seconds", description="what adaptive K minimizes per committed step (ESTIMATED)")
-    table: tuple[tuple[float, int], ...] = Field((), description="[[verifier batch upper bound, K], ...], "
-                                                 "rising; for mode table")
-    review_slack: float = Field(0.03, ge=0, lt=1, description="the extra cost adaptive K pays to review more "
-                                "reads before they commit (costs/controller.py)")
-    explore_blocks: int = Field(2, ge=0, description="blocks a session drafts before its own estimate may stop "
-                                "it drafting (unless K = 0 wins by explore_margin at the prior)")
-    explore_margin: float = Field(0.25, ge=0, lt=1, description="how much cheaper K = 0 must be, at the prior, "
-                                  "to skip the exploring blocks")
-    prior: PriorConfig = PriorConfig()
-    tokens: TokensConfig = TokensConfig()
-    steps_per_session: float = Field(14.0, ge=1, description="the planner's traffic: committed steps per session")
-    think_time_s: float = Field(1.0, ge=0, description="the planner's traffic: time per step outside the engines")
-    verifier_replicas: int | None = Field(None, ge=1, description="replicas the sessions share (None: the sim "
-                                          "engines' count, else 1)")
-    drafter_replicas: int | None = Field(None, ge=1)
-
-    @model_validator(mode="after")
-    def _table(self) -> SpeculationConfig:
-        if self.mode == "table" and not self.table:
-            raise ValueError("speculation.mode table needs a table: [[verifier batch upper bound, K], ...]")
-        bounds = [b for b, _ in self.table]
-        if bounds != sorted(bounds) or any(k < 0 for _, k in self.table):
-            raise ValueError(f"speculation.table needs rising batch bounds and K >= 0, got {self.table}")
-        return self
+from .tuning import SpeculationConfig
 
 
 class BlockSizes:

@@ -5,11 +5,12 @@ methods, tool_sources}}``. Each tenant's keys are the comma-separated keys in it
 keys are never stored. A session's owner is its tenant's name, so a rotated key (a new key in the variable,
 the old one removed) keeps its tenant's sessions. With tenants, a key that belongs to none gets 401
 (operator keys stay valid, each its own anonymous tenant). Without a ``tenants`` section every key is its
-own tenant, ``key-<sha256 prefix>`` (``limits.tenant_of``), as before.
+own tenant, ``key-<sha256 prefix>`` (``tenant_of``), as before.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -17,10 +18,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import Forbidden
-from .limits import tenant_of
 
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 RESERVED = ("local", "other")  # in-process sessions; the metrics label of every unnamed tenant
+
+
+def tenant_of(key: str) -> str:
+    """A key's tenant id: a hash, so neither logs nor session records hold the key."""
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 class TenantConfig(BaseModel):

@@ -18,19 +18,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from pydantic import Field, StrictBool
 
-from ..protocol.types import Observation, ToolCall
+from ..protocol.types import ToolCall
 from .api import Body, ToolResult, UserMessage
-from .errors import Conflict, NotFound, Overloaded
-from .records import ApprovalAnswer, ApprovalRequest, Deleted, Record, ToolResultPosted, Turn, TurnMeta
+from .errors import Conflict, NotFound
+from .records import ApprovalAnswer, ApprovalRequest, TurnMeta
 
 ENDS_TURN = ("agent_message", "tool_call_pending", "approval_request")  # records after which the client acts
-
-if TYPE_CHECKING:
-    from .session import Session
 
 
 class ApprovalPost(Body):
@@ -151,80 +148,3 @@ def identity(item: UserMessage | ToolResult | ApprovalPost) -> str | None:
     if isinstance(item, ApprovalPost):
         return f"approval:{item.approval_request_id}"
     return None
-
-
-# -- what a session does with them ------------------------------------------------------------------------
-
-def take_turn(s: Session, post: TurnPost, key: str | None, inbox_limit: int) -> int:
-    """Record ``s``'s next turn and take its inputs; returns its number. Every input is checked before
-    anything is recorded: 404 for a tool call or approval request that is not open, 409 for a message
-    to a session whose user is not the client, 429 past ``inbox_limit`` unanswered messages."""
-    if not s.turns.ended:  # nothing the agent did since the latest turn began has ended its turn yet
-        raise Conflict(f"response {s.turns.count - 1} of this conversation is still in progress")
-    messages = sum(isinstance(item, UserMessage) for item in post.inputs)
-    if messages and s.request.user != "client":
-        raise Conflict(f"session {s.id}'s user is {s.request.user!r}; it takes no messages")
-    if s.inbox.qsize() + messages > inbox_limit:
-        raise Overloaded(f"session {s.id} would hold over {inbox_limit} unanswered messages, its limit", 1)
-    for item in post.inputs:
-        if isinstance(item, ToolResult) and item.call_id not in s.pending_calls:
-            raise NotFound(f"no pending function call {item.call_id!r} in this conversation")
-        if isinstance(item, ApprovalPost) and item.approval_request_id not in s.approvals.items:
-            raise NotFound(f"no approval request {item.approval_request_id!r} in this conversation")
-    n = s.turns.begin(post, key)
-    s.turns.starts[n] = s.recorded
-    s.record(Turn(n=n, meta=post.meta, idempotency_key=key))
-    for item in post.inputs:
-        s.turns.took_input(item, n)
-        if isinstance(item, UserMessage):
-            s.post_message(item.text, item.stop, None, inbox_limit)
-        elif isinstance(item, ToolResult):
-            s.deliver_tool_result(item.call_id, Observation(item.content, error=item.error))
-        else:
-            answer_approval(s, item)
-    return n
-
-
-def answer_approval(s: Session, post: ApprovalPost) -> None:
-    """Record the client's answer to an open approval request of ``s`` (a repeat records nothing)."""
-    answer = s.approvals.answer(post)
-    if answer is not None:
-        s.record(answer)
-
-
-async def approved(s: Session, call: ToolCall) -> tuple[bool, str | None]:
-    """Ask the client to approve a write of ``s`` that the verifier accepted, once per write (also across
-    a restart), and wait for the answer: (approved, the client's reason)."""
-    a = s.approvals.open_for(call)
-    if a is None:
-        a, request = s.approvals.new(call)
-        s.flush_calls()
-        s.record(request)
-    if a.approve is None:
-        a.answered = asyncio.get_running_loop().create_future()
-        s.status = "waiting_approval"
-        try:
-            with s.outside():
-                await s.from_client(a.answered, f"answer to approval request {a.id}")
-        finally:
-            if s.status == "waiting_approval":
-                s.status = "running"
-    return bool(a.approve), a.reason
-
-
-def restore_turn(s: Session, rec: Record) -> None:
-    """Replay a record of turns, approvals or deletion into ``s`` (``Session.restore``)."""
-    match rec:
-        case Turn(n=n, idempotency_key=key):
-            s.turns.count, s.turns.starts[n] = n + 1, len(s.events) - 1  # Session.restore appended it already
-            s.turns.ended = False
-            if key is not None:
-                s.turns.keys[key] = n
-        case ToolResultPosted(call_id=call_id):
-            s.turns.took[f"call:{call_id}"] = s.turns.count - 1
-        case ApprovalRequest() | ApprovalAnswer():
-            s.approvals.restore(rec)
-            if isinstance(rec, ApprovalAnswer):
-                s.turns.took[f"approval:{rec.id}"] = s.turns.count - 1
-        case Deleted():
-            s.deleted = True

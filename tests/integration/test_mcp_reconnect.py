@@ -28,7 +28,8 @@ from specagent_ray.serve.api import CreateSession
 from specagent_ray.serve.config import AppConfig, McpSource
 from specagent_ray.serve.handles import Local
 from specagent_ray.serve.runner import SessionTools
-from specagent_ray.serve.session import Catalog, Session
+from specagent_ray.serve.catalog import Catalog
+from specagent_ray.serve.session import Session
 from specagent_ray.serve.sources import ToolSources
 from specagent_ray.serve.tool_host import ToolHost
 from specagent_ray.storage import LocalStore

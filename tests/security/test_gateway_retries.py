@@ -14,7 +14,7 @@ import pytest
 from specagent_ray.serve.config import GatewayConfig
 from specagent_ray.serve.gateway import make_api
 from specagent_ray.serve.handles import NoReplica, taken
-from specagent_ray.serve.limits import tenant_of
+from specagent_ray.serve.tenants import tenant_of
 from specagent_ray.testing.gateway_server import in_process_gateway
 from specagent_ray.testing.http import serve_in_thread
 

@@ -31,7 +31,7 @@ from specagent_ray.serve.errors import (
 from specagent_ray.serve.handles import Local
 from specagent_ray.serve.records import parse
 from specagent_ray.serve.sim_engine import SimEngine
-from specagent_ray.serve.speculation import SpeculationConfig
+from specagent_ray.serve.tuning import SpeculationConfig
 from specagent_ray.serve.tool_host import ShardedToolHost, ToolHost
 from specagent_ray.storage.base import StoreError
 from specagent_ray.storage.local import LocalStore
@@ -667,7 +667,7 @@ async def test_model_engines_judge_the_exact_ablation_with_the_same_verifier_pro
     from specagent_ray.protocol.types import Action, Effect, History, Step, Task, Usage
     from specagent_ray.serve.config import CoordinatorConfig, Endpoint, OpenAIEngines
     from specagent_ray.serve.engine_client import OpenAIEngineClient
-    from specagent_ray.serve.session import Catalog
+    from specagent_ray.serve.catalog import Catalog
 
     class Backend:
         def __init__(self):

@@ -15,7 +15,7 @@ from specagent_ray.models.backend import BackendError, Completion
 from specagent_ray.protocol.types import Action, Effect, History, Observation, Step, Task, Usage
 from specagent_ray.serve.config import CoordinatorConfig, Endpoint, OpenAIEngines
 from specagent_ray.serve.engine_client import OpenAIEngineClient
-from specagent_ray.serve.session import Catalog
+from specagent_ray.serve.catalog import Catalog
 
 VERDICT = '{"accepted_prefix": 1, "reason": "", "repair": null}'
 ACTION = '{"kind": "tool", "name": "lookup", "arguments": {}}'

@@ -9,7 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from specagent_ray.protocol.types import Action, Effect, Observation, Step, Usage
-from specagent_ray.serve.priority import KINDS, PriorityConfig, ProgramPriority
+from specagent_ray.serve.tuning import KINDS, PriorityConfig
+from specagent_ray.serve.priority import ProgramPriority
 
 
 READ = Step(Action.tool("lookup"), Observation("found"), "weak", Effect.READ)

@@ -299,7 +299,7 @@ def test_a_replayed_reasoning_item_with_content_is_context_and_no_media():
 
 
 def test_a_tool_name_in_two_of_a_sessions_sources_is_refused_and_each_tool_keeps_its_source():
-    from specagent_ray.serve.session import Catalog
+    from specagent_ray.serve.catalog import Catalog
 
     functions = Catalog({"f": {"type": "object"}}, {"f": Effect.READ})
     with pytest.raises(BadRequest, match="'f'"):
