@@ -17,7 +17,7 @@ __all__ = ["METHODS", "AppConfig", "GatewayClient", "Parts", "SpecConfig", "buil
 
 def __getattr__(name: str):
     if name == "AppConfig":
-        from .serve.config import AppConfig
+        from .serve.core.config import AppConfig
 
         return AppConfig
     if name == "build_app":
@@ -25,7 +25,7 @@ def __getattr__(name: str):
 
         return build_app
     if name == "GatewayClient":
-        from .serve.client import GatewayClient
+        from .launch.client import GatewayClient
 
         return GatewayClient
     raise AttributeError(f"module 'specagent_ray' has no attribute {name!r}")

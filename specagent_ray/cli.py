@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_loadtest(args, console)
         if args.command == "serve":
-            from .serve.main_job import serve_main, serve_profile
+            from .launch.main_job import serve_main, serve_profile
 
             if args.profile is None:
                 return serve_main(console, args.port, args.verbose)
@@ -260,9 +260,9 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
     from .bench.report import LIVE_LABELS, SIMULATED_LABELS, method_summaries, plot, theory_check, write_json
-    from .models.gold import SimSettings
     from .bench.tau2 import BenchConfig, run_bench, task_ids
     from .costs.hardware import Hardware
+    from .models.gold import SimSettings
     from .protocol.runtime import SpecConfig
 
     live = args.backend == "vllm"
@@ -318,10 +318,10 @@ def _run_live(args: argparse.Namespace, cfg, advance):
     from contextlib import ExitStack
 
     from .bench.live import LiveConfig, run_live
-    from .models.backend import ChatEndpoint
-    from .models.prompts import PromptConfig
     from .bench.tau2 import task_ids
     from .costs.pricing import load_price
+    from .models.backend import ChatEndpoint
+    from .models.prompts import PromptConfig
 
     prices = {"strong": load_price(args.strong_price), "weak": load_price("local")}
     with ExitStack() as stack:
@@ -329,7 +329,7 @@ def _run_live(args: argparse.Namespace, cfg, advance):
         folders = {role: path for role, path in (("weak", args.weak), ("strong", args.strong))
                    if not path.startswith(("http://", "https://"))}
         if folders:
-            from .serve.engines import local_engines
+            from .launch.engines import local_engines
 
             served = stack.enter_context(local_engines({
                 args.weak_model if role == "weak" else args.strong_model: path for role, path in folders.items()}))

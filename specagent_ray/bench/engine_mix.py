@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from ..costs.ledger import Ledger
-from ..models.prompts import PromptConfig, Prompts
 from ..models.backend import ChatBackend, Completion, usage_of
+from ..models.prompts import PromptConfig, Prompts
 from ..protocol.interfaces import CallRecord, EngineUnavailable, MalformedOutput
 from ..protocol.types import Action, Effect, History, Observation, Step, Task
-from ..serve.config import CoordinatorConfig, Endpoint, OpenAIEngines
-from ..serve.engine_client import OpenAIEngineClient
-from ..serve.tuning import PriorityConfig
-from ..serve.catalog import Catalog
+from ..serve.core.catalog import Catalog
+from ..serve.core.config import CoordinatorConfig, Endpoint, OpenAIEngines
+from ..serve.core.tuning import PriorityConfig
+from ..serve.engines.engine_client import OpenAIEngineClient
 
 SCHEMAS = {
     "get_reservation": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},

@@ -34,7 +34,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..serve.reports import percentiles
+from ..serve.sessions.reports import percentiles
 from .engine_mix import Mix, Run, Tokens, longest_prompt, run_mix
 
 HELP = __doc__
@@ -168,7 +168,7 @@ WARM_UP = Mix(sessions=2, blocks=2, pauses_s=(0.1,), stagger_s=0.1)  # discarded
 @contextmanager
 def _routed(engines: Callable[..., ContextManager[str]], label: str, tokens: Tokens) -> Iterator[str]:
     """Fresh engines with 2 verifier replicas: Serve's default router (off) or prefix affinity (on), warm."""
-    from ..serve.engines import PREFIX_ROUTER
+    from ..launch.engines import PREFIX_ROUTER
 
     with engines(replicas={"verifier": 2}, router={"verifier": PREFIX_ROUTER} if label == "on" else None) as url:
         warm_up(url, tokens)
@@ -207,8 +207,8 @@ def _run(console: Console, url: str, pair: Pair, label: str, switches: dict[str,
 
 
 def run_from_args(args: argparse.Namespace, console: Console) -> int:
-    from ..serve.engines import cpu_engine_kwargs, local_engines
-    from ..serve.workload import ensure_local_models, output_to
+    from ..launch.engines import cpu_engine_kwargs, local_engines
+    from ..launch.workload import ensure_local_models, output_to
 
     wanted = [f.strip() for f in args.features.split(",") if f.strip()]
     chosen = [p for p in pairs(args) if p.feature in wanted]

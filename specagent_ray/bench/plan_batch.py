@@ -119,15 +119,15 @@ def run_check(args: argparse.Namespace, resolved: Any, console: Console) -> int:
     """Rows printed and written to ``<out>/plan-check-batch.json``; exit 0 when every row is within the bound."""
     from dataclasses import replace
 
+    from ..launch.workload import local_cluster
     from ..ports import free_port
-    from ..serve.workload import local_cluster
     from .plan_sim import _levels, bench_inputs
 
     levels = _levels(args.levels)
     console.print(f"planner inputs: bench tau2 {args.tasks} x {args.trials} trials (simulated policies)...")
     bench = bench_inputs(args.tasks, args.trials)
     base = resolved.inputs
-    from ..serve.sim_roofline import max_context
+    from ..serve.engines.sim_roofline import max_context
 
     inputs = replace(base, acceptance=bench.acceptance, shapes=replace(bench.shapes, max_context=max_context()),
                      strong=replace(base.strong, replicas=1), weak=replace(base.weak, replicas=1))

@@ -80,7 +80,7 @@ def bench_inputs(tasks: str, trials: int, seed: int = 0) -> BenchInputs:
 
 async def _reports(url: str, ids: list[str]) -> list[dict[str, Any]]:
     """Each session's trajectory (committed steps and resource report), 8 requests at a time."""
-    from ..serve.client import GatewayClient
+    from ..launch.client import GatewayClient
 
     gate = asyncio.Semaphore(8)
     async with GatewayClient(url, "dev-key", timeout_s=60) as client:
@@ -122,8 +122,8 @@ def _check_hardware(trajs: list[dict[str, Any]], inputs: PlanInputs) -> None:
 
 def measure(url: str, level: int, args: argparse.Namespace, inputs: PlanInputs, baseline: int) -> CheckRow:
     """One closed-loop load test at ``level`` concurrent sessions, and its row."""
-    from ..loadtest.report import load_summary
     from ..loadtest.locust_load import LocustLoad
+    from ..loadtest.report import load_summary
     from ..loadtest.run import LoadConfig
     from ..loadtest.workload import Workload, parse_mix
 
@@ -148,8 +148,8 @@ def measure(url: str, level: int, args: argparse.Namespace, inputs: PlanInputs, 
 
 def run_levels(args: argparse.Namespace, inputs: PlanInputs, levels: list[int], baseline: int = 10) -> list[CheckRow]:
     """Deploy the sim profile once and run one load test per level on it."""
+    from ..launch.workload import local_cluster
     from ..ports import free_port
-    from ..serve.workload import local_cluster
 
     with tempfile.TemporaryDirectory(prefix="specagent-plan-check-") as log:
         overrides = {"session_log": log, "coordinator": {"max_sessions": max(2000, 2 * max(levels)),

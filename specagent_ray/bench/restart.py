@@ -24,10 +24,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ..serve.api import CreateSession
-from ..serve.config import AppConfig, CoordinatorConfig, LatencyModel, SimEngines
-from ..serve.session import FINISHED
-from ..serve.session_log import SessionLog
+from ..serve.core.api import CreateSession
+from ..serve.core.config import AppConfig, CoordinatorConfig, LatencyModel, SimEngines
+from ..serve.log.session_log import SessionLog
+from ..serve.sessions.session import FINISHED
 from ..storage.local import LocalStore
 
 FAST = LatencyModel(draft_base_s=0, draft_per_request_s=0, verify_base_s=0, verify_per_request_s=0, step_base_s=0)
@@ -43,11 +43,11 @@ def _config(retain: int, latency: LatencyModel = FAST) -> AppConfig:
 
 
 def _coordinator(cfg: AppConfig, store: Any):
-    from ..serve.coordinator import Coordinator
-    from ..serve.engine_client import SimEngineClient
-    from ..serve.handles import Local
-    from ..serve.sim_engine import SimEngine
-    from ..serve.tool_host import ToolHost
+    from ..serve.core.handles import Local
+    from ..serve.engines.engine_client import SimEngineClient
+    from ..serve.engines.sim_engine import SimEngine
+    from ..serve.sessions.coordinator import Coordinator
+    from ..serve.toolhost.tool_host import ToolHost
 
     engines = SimEngineClient(Local(SimEngine("drafter", cfg.engines)), Local(SimEngine("verifier", cfg.engines)),
                               cfg.engines, cfg.coordinator)

@@ -22,8 +22,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..serve.client import GatewayClient
-from ..serve.workload import local_cluster, run_sessions
+from ..launch.client import GatewayClient
+from ..launch.workload import local_cluster, run_sessions
 from ..ports import free_port
 
 # GPU-like latencies of the gpu-tp16 profile (costs/: a 397B-A17B verify prefill of a 6-step draft and a

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from ..serve.client import GatewayClient, GatewayError
+from ..launch.client import GatewayClient, GatewayError
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .locust_load import LocustLoad
 from .locust_run import LocustFailed
-from .report import print_summary, load_summary, write_outputs
+from .report import load_summary, print_summary, write_outputs
 from .run import LoadAborted, LoadConfig
 from .workload import Workload, parse_mix
 
@@ -121,7 +121,7 @@ def run_loadtest(args: argparse.Namespace, console: Console) -> int:
         if not key:
             raise ValueError(f"set the API key in ${args.api_key_env} (or pick another variable with --api-key-env)")
         return run(config_from(args, args.url, key), args.out, console, args.client_processes, args)
-    from ..serve.workload import local_cluster
+    from ..launch.workload import local_cluster
     from ..ports import free_port
 
     console.print(f"deploying the {args.profile} profile on a local Ray instance...")

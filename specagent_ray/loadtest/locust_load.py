@@ -21,9 +21,16 @@ from typing import Any
 
 import httpx
 
-from ..serve.client import gateway_error
-from .locust_run import (cancel_unfinished, clock_start, locust_command, read_records, read_stats, run_locust,
-                         stopped_because)
+from ..launch.client import gateway_error
+from .locust_run import (
+    cancel_unfinished,
+    clock_start,
+    locust_command,
+    read_records,
+    read_stats,
+    run_locust,
+    stopped_because,
+)
 from .run import LoadAborted, LoadConfig, LoadResult
 
 

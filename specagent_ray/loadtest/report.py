@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..serve.reports import percentiles
+from ..serve.sessions.reports import percentiles
 from .run import LoadResult, SessionRecord
 
 QS = (50, 95, 99)

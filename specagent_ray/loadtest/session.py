@@ -14,7 +14,7 @@ import gevent
 import requests
 from locust import events
 
-from ..serve.client import gateway_error
+from ..launch.client import gateway_error
 from .records import SessionRecord, step_latencies
 
 

@@ -80,7 +80,7 @@ class User(Protocol):
     async def reply(self, text: str) -> Observation: ...
 
 
-# "prefill": the serving layer's prefill of H ahead of a verify (serve/prefill_ahead.py), never the protocol's
+# "prefill": the serving layer's prefill of H ahead of a verify (serve/engines/prefill_ahead.py), never the protocol's
 Purpose = Literal["draft", "verify", "repair", "step", "speculate", "escalate", "prefill"]
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from .config import AppConfig, ScriptedEngines, SimEngines
+from .core.config import AppConfig, ScriptedEngines, SimEngines
 
 BUSY = 100_000  # long-polling event streams hold requests open; the coordinator must not queue them
 # Inner deployments answer several calls per committed step; an access-log line for each costs CPU and
@@ -35,7 +35,7 @@ QUIET = {"enable_access_log": False}
 class ToolHostDeployment:
     def __init__(self, cfg: dict[str, Any]):
         from ..storage import open_store
-        from .tool_host import ToolHost
+        from .toolhost.tool_host import ToolHost
 
         config = AppConfig.model_validate(cfg)
         # Idempotency records live in the session log's store: durable, and shared by every shard.
@@ -62,7 +62,7 @@ class ToolHostDeployment:
 class SimEngineDeployment:
     def __init__(self, role: str, engines: dict[str, Any], hardware: dict[str, Any] | None = None):
         from ..costs.hardware import Hardware
-        from .sim_engine import SimEngine
+        from .engines.sim_engine import SimEngine
 
         self.engine = SimEngine(role, SimEngines.model_validate(engines),  # type: ignore[arg-type]
                                 Hardware.model_validate(hardware or {}))
@@ -86,10 +86,10 @@ class CoordinatorDeployment:
                      drafter: DeploymentHandle | None = None, verifier: DeploymentHandle | None = None,
                      shard: int = 0):
         from ..storage import open_store
-        from .coordinator import Coordinator
-        from .handles import Served
-        from .shards import shard_log
-        from .tool_host import ShardedToolHost
+        from .core.handles import Served
+        from .sessions.coordinator import Coordinator
+        from .sessions.shards import shard_log
+        from .toolhost.tool_host import ShardedToolHost
 
         config = AppConfig.model_validate(cfg)
         for chatty in ("httpx", "LiteLLM", "openai"):
@@ -103,7 +103,7 @@ class CoordinatorDeployment:
     def _metrics(self) -> None:
         """Protocol metrics on Ray's metrics port: the coordinator's events, sessions, batches and waits."""
         from ..telemetry.metrics import ProtocolMetrics, tenant_label
-        from .reports import resource_report
+        from .sessions.reports import resource_report
 
         metrics = ProtocolMetrics()
         cfg = self.coordinator.cfg
@@ -162,15 +162,15 @@ class CoordinatorDeployment:
 
 
 def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: DeploymentHandle | None) -> Any:
-    from .engine_client import OpenAIEngineClient, SimEngineClient
-    from .handles import Served
+    from .core.handles import Served
+    from .engines.engine_client import OpenAIEngineClient, SimEngineClient
 
     if isinstance(config.engines, SimEngines):
         assert drafter is not None and verifier is not None
         return SimEngineClient(Served(drafter), Served(verifier), config.engines, config.coordinator)
     if isinstance(config.engines, ScriptedEngines):
         from ..models.plan import PlanEngineClient
-        from .priority import ProgramPriority
+        from .engines.priority import ProgramPriority
 
         return PlanEngineClient(ProgramPriority())
     return OpenAIEngineClient(config.engines, config.coordinator, dict(os.environ), config.coordinators)
@@ -179,10 +179,10 @@ def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: Depl
 def _gateway_class(cfg: dict[str, Any]):
     """The ingress class. Its FastAPI app is built at composition time so Serve can serve the routes
     and the OpenAPI schema; the coordinator handle and the API keys arrive in the replica."""
-    from .api import Offer
-    from .gateway import gateway_keys, make_api, serve_with, served_call, served_keys, served_operators
-    from .responses import Terms
-    from .tenants import TenantRules
+    from .core.api import Offer
+    from .core.tenants import TenantRules
+    from .gateway.routes import gateway_keys, make_api, serve_with, served_call, served_keys, served_operators
+    from .responses.translate import Terms
 
     config = AppConfig.model_validate(cfg)
     api = make_api(served_call, config.gateway, served_keys, served_operators, offer=Offer.of(config),

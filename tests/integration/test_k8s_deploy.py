@@ -31,7 +31,7 @@ import yaml
 pytest.importorskip("ray")
 import psutil
 
-from specagent_ray.serve.client import GatewayClient
+from specagent_ray.launch.client import GatewayClient
 from specagent_ray.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]

@@ -24,14 +24,14 @@ import pytest
 
 from specagent_ray.ports import free_port
 from specagent_ray.protocol.types import Effect, Observation, Task, ToolCall
-from specagent_ray.serve.api import CreateSession
-from specagent_ray.serve.config import AppConfig, McpSource
-from specagent_ray.serve.handles import Local
-from specagent_ray.serve.runner import SessionTools
-from specagent_ray.serve.catalog import Catalog
-from specagent_ray.serve.session import Session
-from specagent_ray.serve.sources import ToolSources
-from specagent_ray.serve.tool_host import ToolHost
+from specagent_ray.serve.core.api import CreateSession
+from specagent_ray.serve.core.catalog import Catalog
+from specagent_ray.serve.core.config import AppConfig, McpSource
+from specagent_ray.serve.core.handles import Local
+from specagent_ray.serve.sessions.runner import SessionTools
+from specagent_ray.serve.sessions.session import Session
+from specagent_ray.serve.toolhost.sources import ToolSources
+from specagent_ray.serve.toolhost.tool_host import ToolHost
 from specagent_ray.storage import LocalStore
 from specagent_ray.tools.mcp import McpToolbox, McpUnavailable
 

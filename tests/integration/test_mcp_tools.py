@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from specagent_ray.protocol.types import Effect, ToolCall
 from specagent_ray.ports import free_port
+from specagent_ray.protocol.types import Effect, ToolCall
 from specagent_ray.tools.mcp import McpTool, McpToolbox, McpUnavailable, effect_of
 
 SERVER = [sys.executable, "-m", "specagent_ray.testing.mcp_server"]
@@ -213,8 +213,8 @@ def test_bad_configuration_is_rejected_at_construction(kwargs):
 async def test_a_staged_write_sends_its_idempotency_key_in_meta_and_runs_once(http_url, tmp_path):
     """Through the tool host: the key reaches the MCP server in ``_meta`` (it echoes it), and a repeat of
     the key, even on a new tool host over the same store, returns the first result without a second run."""
-    from specagent_ray.serve.config import McpSource
-    from specagent_ray.serve.tool_host import ToolHost
+    from specagent_ray.serve.core.config import McpSource
+    from specagent_ray.serve.toolhost.tool_host import ToolHost
     from specagent_ray.storage import LocalStore
 
     store, sources = LocalStore(tmp_path), {"bank": McpSource(url=http_url, trusted=True)}

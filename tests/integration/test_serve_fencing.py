@@ -19,11 +19,11 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray import serve
 
-from specagent_ray.serve.app import build_app
-from specagent_ray.serve.client import GatewayClient, GatewayError
-from specagent_ray.serve.profiles import load_profile
-from specagent_ray.serve.workload import wait_for_http
+from specagent_ray.launch.client import GatewayClient, GatewayError
+from specagent_ray.launch.profiles import load_profile
+from specagent_ray.launch.workload import wait_for_http
 from specagent_ray.ports import free_port
+from specagent_ray.serve.app import build_app
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 KEY = "dev-key"

@@ -13,11 +13,11 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray import serve
 
-from specagent_ray.serve.client import GatewayClient, GatewayError
-from specagent_ray.serve.profiles import deploy, load_profile, run_profile
-from specagent_ray.serve.shards import shard_of
-from specagent_ray.serve.workload import apps_of, wait_for_http, wait_ready
+from specagent_ray.launch.client import GatewayClient, GatewayError
+from specagent_ray.launch.profiles import deploy, load_profile, run_profile
+from specagent_ray.launch.workload import apps_of, wait_for_http, wait_ready
 from specagent_ray.ports import free_port
+from specagent_ray.serve.sessions.shards import shard_of
 from specagent_ray.testing.prometheus import samples, scrape
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -233,7 +233,7 @@ def test_a_coordinator_that_cannot_start_gets_503_within_the_patience_and_the_wa
     queues calls for such a deployment until a replica runs (forever) or, once it gives up, refuses
     them; either way the gateway answers 503 within ``coordinator_retry_s``, and the main job's watch
     turns Serve's status into one line with the replica's exception."""
-    from specagent_ray.serve.watch import AppFailed, AppWatch
+    from specagent_ray.launch.watch import AppFailed, AppWatch
 
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")

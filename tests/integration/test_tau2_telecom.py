@@ -9,12 +9,12 @@ import pytest
 
 from specagent_ray.bench.simulation import simulated_parts
 from specagent_ray.models.gold import SimSettings
-from specagent_ray.models.users import GoldUser
 from specagent_ray.models.simulated import ErrorRates
+from specagent_ray.models.users import GoldUser
 from specagent_ray.protocol import METHODS, Effect, SpecConfig, ToolCall
 from specagent_ray.protocol.types import Observation, UserToolCall
-from specagent_ray.serve.records import StepJson
-from specagent_ray.serve.wire import observation_dict, observation_from
+from specagent_ray.serve.log.records import StepJson
+from specagent_ray.serve.log.wire import observation_dict, observation_from
 from specagent_ray.tools.tau2 import Grader, Tau2Domain, Tau2Tools
 
 ZERO = replace(SimSettings.for_domain("telecom"), strong=ErrorRates(), weak=ErrorRates())  # its own style

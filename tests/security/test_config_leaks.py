@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from specagent_ray.protocol.types import ToolCall
-from specagent_ray.serve.api import CreateSession
-from specagent_ray.serve.config import AppConfig, McpSource
-from specagent_ray.serve.errors import Conflict
-from specagent_ray.serve.handles import Local
-from specagent_ray.serve.sources import ToolSources
-from specagent_ray.serve.tool_host import ToolHost
 from specagent_ray.ports import free_port
+from specagent_ray.protocol.types import ToolCall
+from specagent_ray.serve.core.api import CreateSession
+from specagent_ray.serve.core.config import AppConfig, McpSource
+from specagent_ray.serve.core.errors import Conflict
+from specagent_ray.serve.core.handles import Local
+from specagent_ray.serve.toolhost.sources import ToolSources
+from specagent_ray.serve.toolhost.tool_host import ToolHost
 from specagent_ray.tools.mcp import McpUnavailable
 
 pytestmark = pytest.mark.security

@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from specagent_ray.serve.config import GatewayConfig
-from specagent_ray.serve.gateway import make_api
-from specagent_ray.serve.handles import NoReplica, taken
-from specagent_ray.serve.tenants import tenant_of
+from specagent_ray.serve.core.config import GatewayConfig
+from specagent_ray.serve.core.handles import NoReplica, taken
+from specagent_ray.serve.core.tenants import tenant_of
+from specagent_ray.serve.gateway.routes import make_api
 from specagent_ray.testing.gateway_server import in_process_gateway
 from specagent_ray.testing.http import serve_in_thread
 

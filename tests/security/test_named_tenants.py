@@ -9,8 +9,8 @@ import asyncio
 import httpx
 import pytest
 
-from specagent_ray.serve.config import AppConfig
-from specagent_ray.serve.tenants import key_owners
+from specagent_ray.serve.core.config import AppConfig
+from specagent_ray.serve.core.tenants import key_owners
 from specagent_ray.testing.gateway_server import in_process_gateway
 
 pytestmark = pytest.mark.security
@@ -145,7 +145,7 @@ def test_usage_by_tenant_is_for_operator_keys_and_counts_each_tenant_apart(tmp_p
 
 
 def test_metrics_label_only_named_tenants_and_shards_usage_adds_up():
-    from specagent_ray.serve.usage import merged
+    from specagent_ray.serve.sessions.usage import merged
     from specagent_ray.telemetry.metrics import tenant_label
 
     named = frozenset(TENANTS)
@@ -168,7 +168,7 @@ def test_metrics_label_only_named_tenants_and_shards_usage_adds_up():
     ({"tenants": TENANTS, "gateway": {"dev_api_key": "dev"}}, {}, "no tenant has a key"),
 ])
 def test_a_gateway_replica_starts_only_where_some_client_can_authenticate(app, env, error):
-    from specagent_ray.serve.gateway import gateway_keys
+    from specagent_ray.serve.gateway.routes import gateway_keys
 
     cfg = AppConfig.model_validate(app)
     if error:

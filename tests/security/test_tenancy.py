@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from specagent_ray.serve.config import LatencyModel
+from specagent_ray.serve.core.config import LatencyModel
 from specagent_ray.testing.gateway_server import in_process_gateway
 
 pytestmark = pytest.mark.security
@@ -154,8 +154,8 @@ def test_a_tenants_load_test_runs_without_the_cluster_wide_stats(tmp_path):
 
 
 def test_the_served_gateway_takes_operator_keys_from_their_own_variable():
-    from specagent_ray.serve.config import GatewayConfig
-    from specagent_ray.serve.gateway import operator_keys
+    from specagent_ray.serve.core.config import GatewayConfig
+    from specagent_ray.serve.gateway.routes import operator_keys
 
     cfg = GatewayConfig(dev_api_key=None)
     assert operator_keys(cfg, {"SPECAGENT_OPERATOR_KEYS": " ops1, ops2 ,", "SPECAGENT_API_KEYS": "t1"}) == {"ops1", "ops2"}

@@ -163,7 +163,7 @@ def test_adaptive_k_learns_from_blocks_and_reads_the_load_each_time():
 def test_exploring_knobs_out_of_range_are_refused(bad):
     from pydantic import ValidationError
 
-    from specagent_ray.serve.tuning import SpeculationConfig
+    from specagent_ray.serve.core.tuning import SpeculationConfig
 
     with pytest.raises(ValueError, match="explore"):
         Controller(STRONG, WEAK, **bad)
@@ -174,7 +174,7 @@ def test_exploring_knobs_out_of_range_are_refused(bad):
 def test_a_profiles_token_model_takes_only_known_non_negative_counts():
     from pydantic import ValidationError
 
-    from specagent_ray.serve.tuning import SpeculationConfig
+    from specagent_ray.serve.core.tuning import SpeculationConfig
 
     assert SpeculationConfig(tokens={"system": 3906, "new": 167}).tokens.new == 167
     for bad in ({"new": -1}, {"prompt": 100}):

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from referencing import Registry, Resource
 
-from specagent_ray.serve.profiles import OURS, RAY_LLM, validate_args
+from specagent_ray.launch.profiles import OURS, RAY_LLM, validate_args
 from specagent_ray.testing.k8s import (
     K8S,
     KUBECTL_MISSING,
@@ -209,7 +209,7 @@ def test_ray_pods_have_probes_limits_shm_keys_and_pinned_images(rendered, overla
                 if name != "head":  # KubeRay's RayService rule: a worker is ready when its Serve proxy is
                     assert "localhost:8000/-/healthz" in " ".join(c["readinessProbe"]["exec"]["command"])
     app = next(a for a in serve_config(docs)["applications"] if a["import_path"] == OURS)
-    from specagent_ray.serve.config import AppConfig
+    from specagent_ray.serve.core.config import AppConfig
 
     assert AppConfig.model_validate(app["args"]).gateway.api_keys_env == "SPECAGENT_API_KEYS"
     if overlay == "cpu-dev":  # dev keys are generated; gpu-prod's Secret is created out of band

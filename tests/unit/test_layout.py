@@ -1,13 +1,21 @@
-"""The house's walls: which packages may import which. A test, so a shortcut across a wall fails CI."""
+"""The house's walls: which packages may import which. A test, so a shortcut across a wall fails CI.
+
+The walls are import-linter contracts in ``pyproject.toml`` (``[tool.importlinter]``): no import cycle at
+any level, the package's floors, ``serve/``'s parts, and the Responses API's models apart from its
+implementation. ``docs/architecture.md`` draws them."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import tomllib
 from pathlib import Path
 
 import pytest
+from importlinter.cli import lint_imports
 
-PACKAGE = Path(__file__).resolve().parents[2] / "specagent_ray"
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "specagent_ray"
 
 
 def imported(path: Path, package: Path = PACKAGE) -> set[str]:
@@ -42,7 +50,7 @@ def test_production_code_never_imports_the_test_fixtures():
 
 def test_the_walls_catch_a_relative_import(tmp_path):
     """The checker itself can fail: a relative import of the fixtures is seen."""
-    assert "specagent_ray.ports.free_port" in imported(PACKAGE / "serve" / "main_job.py")
+    assert "specagent_ray.ports.free_port" in imported(PACKAGE / "launch" / "main_job.py")
     module = tmp_path / "specagent_ray" / "serve" / "x.py"
     module.parent.mkdir(parents=True)
     module.write_text("from ..testing.http import serve_in_thread\n")
@@ -57,5 +65,76 @@ def test_the_serving_layer_never_imports_the_bench(wall):
 
 def test_the_coordinator_only_coordinates():
     """Assembly, recovery, group commit and reports live in their own modules; the coordinator stays small."""
-    lines = len((PACKAGE / "serve" / "coordinator.py").read_text().splitlines())
-    assert lines < 250, f"serve/coordinator.py has {lines} lines"
+    lines = len((PACKAGE / "serve" / "sessions" / "coordinator.py").read_text().splitlines())
+    assert lines < 250, f"serve/sessions/coordinator.py has {lines} lines"
+
+
+def test_the_import_contracts_hold():
+    """Every contract of ``[tool.importlinter]`` is kept (the checker prints the broken ones)."""
+    assert lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True, no_logo=True) == 0
+
+
+def _fake_package(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        for folder in path.relative_to(root).parents:
+            if str(folder) != ".":
+                (root / folder / "__init__.py").touch()
+
+
+def _toml(v: object) -> str:
+    return "[" + ", ".join(f'"{x}"' for x in v) + "]" if isinstance(v, list) else f'"{v}"'
+
+
+@pytest.mark.parametrize("offence", ["core imports sessions", "a cycle inside a function", "none"])
+def test_the_contracts_catch_an_import_up_and_a_hidden_cycle(tmp_path, monkeypatch, offence):
+    """The same contracts, on a package named ``fake`` with serve/'s parts, break where they should:
+    a part importing one above it, and a cycle between two modules hidden in a function body."""
+    files = {f"fake/serve/{part}/m.py": "" for part in
+             ("gateway", "responses", "sessions", "engines", "toolhost", "log", "core")}
+    files["fake/serve/app.py"] = "from .gateway import m\n"
+    if offence == "core imports sessions":
+        files["fake/serve/core/m.py"] = "from ..sessions import m\n"
+    elif offence == "a cycle inside a function":
+        files["fake/serve/core/a.py"] = "from . import b\n"
+        files["fake/serve/core/b.py"] = "def f():\n    from . import a\n"
+    _fake_package(tmp_path, files)
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    contracts = [c for c in config["contracts"] if c["type"] == "acyclic_siblings" or "serve/'s parts" in c["name"]]
+    lines = ["[tool.importlinter]", 'root_package = "fake"']
+    for c in contracts:
+        lines.append("[[tool.importlinter.contracts]]")
+        lines += [f"{k} = {_toml(v).replace('specagent_ray', 'fake')}" for k, v in c.items()]
+    (tmp_path / "fake.toml").write_text("\n".join(lines) + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    broken = lint_imports(config_filename=str(tmp_path / "fake.toml"), no_cache=True, no_logo=True)
+    assert broken == (0 if offence == "none" else 1)
+
+
+def test_serve_has_parts_and_a_small_top():
+    """At least 4 sub-packages name serve/'s parts; at most 6 modules stay at its top."""
+    parts = [p for p in (PACKAGE / "serve").iterdir() if (p / "__init__.py").exists()]
+    top = list((PACKAGE / "serve").glob("*.py"))
+    assert len(parts) >= 4 and len(top) <= 6, (sorted(p.name for p in parts), sorted(p.name for p in top))
+
+
+def test_no_module_is_over_450_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 450}
+    assert long == {}
+
+
+def test_a_session_is_what_the_parts_below_it_take():
+    """``core.views``' protocols and ``log.group_commit.Journaled`` name only what ``Session`` has: the
+    engines, the tool host and the log take a session through them without importing it."""
+    from specagent_ray.serve.core.views import FinishedSession, SessionView
+    from specagent_ray.serve.log.group_commit import Journaled
+    from specagent_ray.serve.sessions.session import Session
+
+    has = {f.name for f in dataclasses.fields(Session)} | set(dir(Session))
+    for protocol in (SessionView, FinishedSession, Journaled):
+        wanted = set(protocol.__annotations__) | {n for n in vars(protocol) if not n.startswith("_")}
+        assert wanted - has == set(), protocol.__name__

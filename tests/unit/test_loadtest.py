@@ -13,14 +13,14 @@ import time
 import pytest
 
 from specagent_ray.cli import main
+from specagent_ray.launch.client import GatewayClient
 from specagent_ray.loadtest.locust_load import LocustLoad
 from specagent_ray.loadtest.report import load_summary, write_outputs
 from specagent_ray.loadtest.run import LoadAborted, LoadConfig
 from specagent_ray.loadtest.workload import Workload, parse_mix
-from specagent_ray.serve.client import GatewayClient
-from specagent_ray.serve.config import LatencyModel
-from specagent_ray.testing.gateway_server import in_process_gateway
 from specagent_ray.ports import free_port
+from specagent_ray.serve.core.config import LatencyModel
+from specagent_ray.testing.gateway_server import in_process_gateway
 
 MIX = parse_mix("airline:0-5,retail:0-3")
 slow = pytest.mark.slow

@@ -12,11 +12,11 @@ import pytest
 
 from specagent_ray.optional import Missing, require
 from specagent_ray.protocol.types import ToolCall
-from specagent_ray.serve.api import CreateSession
-from specagent_ray.serve.config import AppConfig, SimEngines, unavailable_sources
-from specagent_ray.serve.errors import Conflict
-from specagent_ray.serve.sources import ToolSources
-from specagent_ray.serve.tool_host import ToolHost, UnknownSource
+from specagent_ray.serve.core.api import CreateSession
+from specagent_ray.serve.core.config import AppConfig, SimEngines, unavailable_sources
+from specagent_ray.serve.core.errors import Conflict
+from specagent_ray.serve.toolhost.sources import ToolSources
+from specagent_ray.serve.toolhost.tool_host import ToolHost, UnknownSource
 from specagent_ray.tools import schema
 
 

@@ -9,10 +9,10 @@ import specagent_ray
 
 
 def test_the_public_names_are_the_real_objects():
+    from specagent_ray.launch.client import GatewayClient
     from specagent_ray.protocol import METHODS, Parts, SpecConfig, run_specagent
     from specagent_ray.serve.app import build_app
-    from specagent_ray.serve.client import GatewayClient
-    from specagent_ray.serve.config import AppConfig
+    from specagent_ray.serve.core.config import AppConfig
 
     expected = {"METHODS": METHODS, "Parts": Parts, "SpecConfig": SpecConfig, "run_specagent": run_specagent,
                 "build_app": build_app, "GatewayClient": GatewayClient, "AppConfig": AppConfig}

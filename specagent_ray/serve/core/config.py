@@ -1,0 +1,285 @@
+"""The one config shape of a served SpecAgent application.
+
+The same dict is a Serve config's ``args`` (``serve run``, ``serve deploy``, KubeRay's ``serveConfigV2``)
+and what ``build_app`` receives. Every model forbids unknown keys, so a typo is an error that names
+the field, not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ...costs.hardware import Hardware
+from ...protocol.baselines import METHODS
+from .tenants import TenantConfig, check_tenants
+from .tuning import PriorityConfig, SpeculationConfig
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LatencyModel(Strict):
+    """SIMULATED engine time. ``fixed``: a batch of n requests takes ``base_s + per_request_s * n`` (prefills
+    of one batch share the engine's steps; decode is folded into ``base_s``). ``roofline``: ESTIMATED, the
+    cost model's time for each call at the replica's current batch (its requests in flight) on the
+    profile's ``hardware`` (``serve/engines/sim_roofline.py``), times ``time_scale``."""
+
+    model: Literal["fixed", "roofline"] = "fixed"
+    time_scale: float = Field(1.0, gt=0, description="roofline: engine seconds slept per estimated second "
+                              "(below 1 runs a load test faster than a GPU would)")
+
+    draft_base_s: float = Field(0.02, ge=0, description="one drafter batch: weak decode of one step")
+    draft_per_request_s: float = Field(0.0005, ge=0, description="added per request in a drafter batch")
+    verify_base_s: float = Field(0.04, ge=0, description="one verifier batch: strong verdict decode")
+    verify_per_request_s: float = Field(0.002, ge=0, description="added per request (its prefill)")
+    step_base_s: float = Field(0.06, ge=0, description="one strong step (repair or Strong-only step)")
+
+
+class SimEngines(Strict):
+    """Simulated weak and strong engines (seeded; see models/simulated.py), as Serve deployments."""
+
+    kind: Literal["sim"] = "sim"
+    drafter_replicas: int = Field(2, ge=1, le=64)
+    verifier_replicas: int = Field(1, ge=1, le=64)
+    latency: LatencyModel = LatencyModel()
+    seed: int = 0
+
+
+class Endpoint(Strict):
+    """An OpenAI-compatible chat endpoint. The key is read from the named environment variable; a
+    config never holds a secret."""
+
+    url: str = Field(description="base URL ending in /v1")
+    model: str
+    api_key_env: str | None = Field(None, description="environment variable that holds the API key")
+    send_priority: bool = Field(False, description="send each request's priority (serve/engines/priority.py); the "
+                                "engine must run vLLM with scheduling_policy: priority, or it refuses every "
+                                "request")
+
+
+class OpenAIEngines(Strict):
+    """Engines behind OpenAI-compatible endpoints: Ray Serve LLM's ingress (local-cpu, gpu-tp16) or a
+    cloud API (edge-cloud's strong model). ``user`` is tau2's user simulator (the verifier's when None)."""
+
+    kind: Literal["openai"] = "openai"
+    drafter: Endpoint
+    verifier: Endpoint
+    user: Endpoint | None = None
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(2, ge=0, le=10)
+    max_tokens: int = Field(256, ge=16)
+    user_max_tokens: int = Field(512, ge=16)
+    strict_schema: bool = Field(True, description="False for cloud APIs whose strict mode forbids free-form objects")
+    policy_chars: int | None = Field(None, ge=100, description="cut the domain policy in prompts to this many "
+                                     "characters (small local models have short contexts); None keeps it whole")
+    observation_chars: int = Field(4000, ge=100, description="longest tool result or user reply in prompts")
+    prefill_ahead: bool = Field(False, description="while a block is drafted, prefill the verify prompt's "
+                                "leading block (system + H) on the verifier at the lowest priority, so that "
+                                "the verify computes only the block (serve/engines/prefill_ahead.py). On where the "
+                                "verifier is a vLLM engine with prefix caching; off for a cloud API, which "
+                                "bills the prefill and whose cache is not ours")
+    prefill_trust_s: float = Field(60.0, gt=0, description="how long the verifier is trusted to keep a session's "
+                                   "prefix cached; a block that starts later (after a long tool pause) prefills "
+                                   "H again even if the last verify covered it (keep-warm: vLLM evicts prefix "
+                                   "blocks least recently used under KV pressure)")
+    verifier_kv_tokens: int | None = Field(None, ge=1, description="the verifier's KV cache in tokens, all "
+                                           "replicas together (vLLM logs it at start: 'KV cache size: N "
+                                           "tokens'); prefill ahead then stops trusting a prefix once new KV "
+                                           "of half this size has been computed since, however soon; None: "
+                                           "prefill_trust_s alone")
+
+
+class ScriptedEngines(Strict):
+    """Engines that follow the plan written in each user message (SCRIPTED, ``models/plan.py``): no model
+    runs. For tests, demos and the docs' examples, where a client must decide exactly what the agent does."""
+
+    kind: Literal["scripted"] = "scripted"
+
+
+Engines = Annotated[SimEngines | OpenAIEngines | ScriptedEngines, Field(discriminator="kind")]
+
+
+class CoordinatorConfig(Strict):
+    """Scheduling. A verify request waits at most ``batch_window_ms`` for others to share its batch,
+    and a batch holds at most ``max_batch`` requests (see docs/serving.md for measured effects)."""
+
+    max_sessions: int = Field(2000, ge=1, description="running sessions; more get 429")
+    tenant_max_sessions: int | None = Field(None, ge=1, description="running sessions per API key (tenant); "
+                                            "more get 429, while other tenants are still admitted; None: no "
+                                            "limit but max_sessions")
+    idle_timeout_s: float = Field(900.0, gt=0, description="a session waiting this long for a user message or a "
+                                  "client tool result ends as timed_out")
+    inbox_limit: int = Field(16, ge=1, description="posted user messages a session holds unanswered; more get 429")
+    queue_limit: int = Field(4096, ge=1, description="queued engine requests above which new work gets 429")
+    batch_window_ms: float = Field(2.0, ge=0, le=1000)
+    max_batch: int = Field(64, ge=1, le=4096)
+    verify_attempts: int = Field(2, ge=1, le=5, description="tries before the fallback to a strong step")
+    verify_timeout_s: float = Field(120.0, gt=0)
+    retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429")
+    retain_finished: int = Field(10_000, ge=1, description="finished sessions kept in memory for their "
+                                 "trajectory; older ones are dropped (their records stay in the session log)")
+    lease_s: float = Field(5.0, gt=0, le=300, description="session log lease period: a coordinator that cannot "
+                           "renew its lease for this long stops acting, and a successor waits this long for it")
+    lease_skew_s: float = Field(0.5, ge=0, le=60, description="the most the hosts' wall clocks may differ; a "
+                                "successor waits this much longer than the lease period")
+    ack_timeout_s: float = Field(10.0, gt=0, description="how long create, messages and tool results wait for "
+                                 "their records to be stored before answering 503")
+    priority: PriorityConfig = Field(PriorityConfig(), description="the order of engine requests: staged-write "
+                                     "verifies first, drafts later, least attained strong service first")
+    compact_min: int = Field(20_000, ge=1, description="records stored since the last snapshot before the "
+                             "session log is compacted (also at least twice the live sessions' records)")
+
+
+class GatewayConfig(Strict):
+    """Authentication and limits of the HTTP API. Keys come from ``api_keys_env`` (comma-separated);
+    ``dev_api_key`` is for local profiles only."""
+
+    api_keys_env: str = "SPECAGENT_API_KEYS"
+    operator_keys_env: str = Field("SPECAGENT_OPERATOR_KEYS", description="keys (comma-separated) that may also "
+                                   "read /v1/stats, the cluster-wide view; the dev key is one")
+    dev_api_key: str | None = None
+    max_body_bytes: int = Field(65536, ge=1024)
+    events_wait_s: float = Field(15.0, gt=0, description="SSE long-poll slice")
+    coordinator_retry_s: float = Field(120.0, gt=0, description="how long a request waits for a coordinator: "
+                                       "an idempotent one waits out a restart (only 'coordinator unavailable' "
+                                       "errors are retried), and one that no replica takes gets 503 after it")
+    docs: bool = Field(False, description="serve /docs, /redoc and /openapi.json (without a key); keep it off "
+                       "in production, where the API's shape is nobody's business but the clients'")
+    rate_per_s: float = Field(50.0, gt=0, description="per-tenant request rate (token bucket, per gateway "
+                              "replica); above it a request gets 429 with Retry-After")
+    burst: int = Field(100, ge=1, description="per-tenant token bucket size: requests a tenant may send at once")
+    model_aliases: dict[str, str] = Field(default_factory=dict, description="Responses API model names and the "
+                                          "method each runs, e.g. {my-agent: specagent}")
+    unhosted_tools: Literal["refuse", "drop"] = Field("refuse", description="a Responses API tool whose type this "
+                                                      "server does not host (web_search, file_search, ...): "
+                                                      "refuse: 400 naming it; drop: the agent runs without it, "
+                                                      "and the response's tools show what it had")
+
+
+EffectName = Literal["read", "write"]
+
+
+class Tau2Source(Strict):
+    """tau2-bench's own environments, one private DB per session, hosted by the tool host."""
+
+    kind: Literal["tau2"] = "tau2"
+    domain: Literal["airline", "retail", "telecom"]
+
+
+class BfclSource(Strict):
+    """BFCL v4 multi-turn cases: each session's own backend instances (file system, trading, travel, ...),
+    hosted by the tool host; a session names its case by ``task_id`` (``multi_turn_base_0``)."""
+
+    kind: Literal["bfcl"] = "bfcl"
+    category: Literal["base", "miss_func", "miss_param", "long_context"] = "base"
+
+
+class McpSource(Strict):
+    """An MCP server over stdio (``command``) or streamable HTTP (``url``), configured here only.
+
+    Annotations (``read_only_hint``) are hints: trusted only when ``trusted``. Unknown or unannotated
+    tools are WRITE. ``overrides`` always win."""
+
+    kind: Literal["mcp"] = "mcp"
+    command: list[str] | None = None
+    url: str | None = None
+    trusted: bool = False
+    overrides: dict[str, EffectName] = {}
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpSource:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP source needs exactly one of command (stdio) or url (streamable HTTP)")
+        if self.command is not None and not self.command:
+            raise ValueError("command must not be empty")
+        return self
+
+
+class ClientSource(Strict):
+    """Tools the client runs itself: the session pauses with a pending call until the client posts its
+    result. Tools are declared per session; their ``read_only`` hints are trusted only when ``trusted``."""
+
+    kind: Literal["client"] = "client"
+    trusted: bool = False
+    overrides: dict[str, EffectName] = {}
+
+
+ToolSource = Annotated[Tau2Source | BfclSource | McpSource | ClientSource, Field(discriminator="kind")]
+BENCHMARKS = (Tau2Source, BfclSource)  # sources whose sessions name a benchmark task and can be graded
+
+
+def unavailable_sources(sources: dict[str, ToolSource]) -> dict[str, str]:
+    """The configured sources that cannot run in this process, each with one line naming the missing
+    package or command and how to install it: a tau2 or BFCL source without its package, an MCP stdio
+    source whose command is not on PATH. The server runs without them (``optional.py``)."""
+    from ...optional import Missing, require, require_command
+
+    out = {}
+    for name, source in sources.items():
+        needed_by = f"tool source {name!r} ({source.kind})"
+        try:
+            if isinstance(source, Tau2Source):
+                require("tau2", needed_by)
+            elif isinstance(source, BfclSource):
+                require("bfcl_eval", needed_by)
+            elif isinstance(source, McpSource) and source.command:
+                require_command(source.command[0], needed_by)
+        except Missing as exc:
+            out[name] = str(exc)
+    return out
+
+
+class SessionDefaults(Strict):
+    method: str = "specagent"
+    k: int = Field(6, ge=1, le=64)
+    max_steps: int = Field(30, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _known_method(self) -> SessionDefaults:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; choose from {', '.join(METHODS)}")
+        return self
+
+
+PRODUCTION_METHODS = ("specagent", "strong")  # every write is checked (or written) by the strong model
+
+
+class AppConfig(Strict):
+    """Everything ``build_app`` needs. ``session_log`` is a store URI (a local folder by default).
+    ``methods`` are the methods clients may ask for: by default only those whose writes the strong model
+    checks; the baselines (weak, agentcollab, ...) run weak-model writes unchecked and belong to the bench."""
+
+    engines: Engines = SimEngines()
+    methods: tuple[str, ...] = Field(PRODUCTION_METHODS, min_length=1)
+    coordinator: CoordinatorConfig = CoordinatorConfig()
+    gateway: GatewayConfig = GatewayConfig()
+    tool_sources: dict[str, ToolSource] = {"airline": Tau2Source(domain="airline")}
+    tool_hosts: int = Field(1, ge=1, le=64, description="tool host shards (tau2 environments, MCP clients); "
+                            "sessions are spread over them by a hash of their id")
+    coordinators: int = Field(1, ge=1, le=64, description="coordinator shards, each owning its sessions, its "
+                              "session log namespace and its lease; admission limits hold per shard")
+    defaults: SessionDefaults = SessionDefaults()
+    hardware: Hardware = Field(Hardware(), description="the deployment each session's resource report "
+                               "estimates GPU-s, HBM and FLOPs for (model specs and GPU profile from costs/data)")
+    session_log: str = ".specagent/sessions"
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict, description="named tenants and their keys "
+                                             "and limits (serve/core/tenants.py); none: one tenant per key")
+    speculation: SpeculationConfig = Field(SpeculationConfig(), description="how each block's K is chosen: "
+                                           "fixed (the session's K), adaptive (from acceptance and engine load) "
+                                           "or a table (serve/sessions/speculation.py)")
+
+    @model_validator(mode="after")
+    def _methods_known(self) -> AppConfig:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
+        aliases = [f"{a} -> {m}" for a, m in self.gateway.model_aliases.items() if m not in METHODS]
+        if aliases:
+            raise ValueError(f"gateway.model_aliases name unknown methods: {', '.join(aliases)}")
+        if self.defaults.method not in self.methods:
+            raise ValueError(f"the default method {self.defaults.method!r} is not in methods {list(self.methods)}")
+        check_tenants(self.tenants, self.methods, self.tool_sources)
+        return self

@@ -1,0 +1,242 @@
+"""How the coordinator reaches the engines, and where verify requests are batched.
+
+Both engine kinds give each session a weak policy, a strong policy and a verifier that are the
+protocol's own interfaces:
+- ``SimEngineClient``: simulated engine replicas (Serve deployments) answer whole batches per call;
+  drafts, strong steps and verifies are each batched, per lane.
+- ``OpenAIEngineClient``: Ray Serve LLM (or any OpenAI-compatible endpoint). Verify requests gathered
+  in one window are sent together, so vLLM schedules their prefills in the same engine steps.
+
+A session keeps its lane (hash of its id) for life, and every call carries ``x-session-id`` (HTTP) or
+``session_id`` (Serve handle), which a session-aware router would use to keep it on one replica, where
+its prefix stays cached. The profiles do not turn such a router on yet (docs/serving.md says why); for
+model engines, Ray Serve LLM's prefix-aware router plays that part.
+
+Every call gets a priority from ``ProgramPriority`` (``serve/engines/priority.py``): a session waiting on a staged
+write first, drafts later, least attained strong service first, with a bounded wait for all. The
+batchers order by it; with ``send_priority`` the engines (vLLM's priority scheduler) do too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+from ...models.backend import BackendError, ChatBackend
+from ...models.llm import LLMPolicy, LLMVerifier, PromptTrail
+from ...models.prompts import DEFAULT_ROLE, PromptConfig
+from ...protocol.interfaces import EngineUnavailable, MalformedOutput, Policy, Verifier
+from ...protocol.types import History, Proposal, Review, Step
+from ...telemetry.tracing import traceparent_headers
+from ..core.api import CreateSession
+from ..core.batcher import Batcher
+from ..core.catalog import Catalog
+from ..core.config import CoordinatorConfig, OpenAIEngines, SimEngines
+from ..core.handles import lane_of
+from ..core.views import SessionView
+from .prefill_ahead import PrefillAhead
+from .priority import ProgramPriority
+from .sim_engine import SimRequest
+
+
+async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Awaitable[Any]]) -> Any:
+    """``call`` up to n times; malformed output is an answer and is not retried here. What still fails
+    becomes ``EngineUnavailable`` naming the engine and the last error."""
+    last: BaseException | None = None
+    for _ in range(n):
+        try:
+            async with asyncio.timeout(timeout_s):  # not wait_for: it can swallow a cancel (3.11)
+                return await call()
+        except (MalformedOutput, BackendError) as exc:
+            if isinstance(exc, EngineUnavailable):
+                last = exc  # an endpoint that may come back: try again
+                continue
+            raise  # an answer (malformed) or a refusal that asking again cannot fix
+        except TimeoutError:
+            last = TimeoutError(f"no answer in {timeout_s:g}s")
+        except Exception as exc:  # noqa: BLE001 - replica death, HTTP errors: infrastructure
+            last = exc
+    raise EngineUnavailable(f"{what} failed {n}x: {type(last).__name__}: {str(last).splitlines()[0][:300] if str(last) else ''}")
+
+
+class EngineClient(Protocol):
+    """What the coordinator needs of its engines: each session's models, and the batchers' queues."""
+
+    def models(self, session: SessionView, catalog: Catalog) -> tuple[Policy, Policy, Verifier]: ...
+
+    def queued(self) -> int: ...
+
+    def batchers(self) -> dict[str, list[Batcher]]: ...
+
+    @property
+    def priority(self) -> ProgramPriority: ...
+
+
+class _Remote:
+    """Calls of one session's model that go through ``attempts`` and count as time outside the coordinator."""
+
+    def __init__(self, session: SessionView, what: str, tries: int, timeout_s: float):
+        self.session, self.what, self.tries, self.timeout_s = session, what, tries, timeout_s
+
+    async def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        with self.session.outside():
+            return await attempts(self.what, self.tries, self.timeout_s, call)
+
+
+class RemotePolicy(_Remote):
+    """The protocol's ``Policy`` on an engine: ``propose(history, draft, feedback)``."""
+
+    def __init__(self, session: SessionView, what: str, tries: int, timeout_s: float,
+                 propose: Callable[[History, Sequence[Step], str | None], Awaitable[Proposal]]):
+        super().__init__(session, what, tries, timeout_s)
+        self._propose = propose
+
+    async def propose(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> Proposal:
+        return await self._call(lambda: self._propose(history, draft, feedback))
+
+
+class RemoteVerifier(_Remote):
+    """The protocol's ``Verifier`` on an engine: ``verify(history, block)``, judged by ``criterion``.
+    It is a ``JudgeWithCriteria``: ``by_exact_match()`` is the same engine asked to accept only its own
+    exact steps, so a served exact-match ablation changes the criterion only, as the bench's does."""
+
+    def __init__(self, session: SessionView, what: str, tries: int, timeout_s: float,
+                 judge: Callable[[History, Sequence[Step], str], Awaitable[Review]], criterion: str = "semantic"):
+        super().__init__(session, what, tries, timeout_s)
+        self._judge, self.criterion = judge, criterion
+
+    async def verify(self, history: History, block: Sequence[Step]) -> Review:
+        return await self._call(lambda: self._judge(history, block, self.criterion))
+
+    def by_exact_match(self) -> RemoteVerifier:
+        return RemoteVerifier(self.session, self.what, self.tries, self.timeout_s, self._judge, "exact")
+
+
+class SimEngineClient:
+    """Simulated drafter and verifier replicas (Serve deployments or ``handles.Local``). Each lane has its
+    own batchers: drafts on the drafter lanes; strong steps and verifies on the verifier lanes."""
+
+    def __init__(self, drafter: Any, verifier: Any, engines: SimEngines, coord: CoordinatorConfig):
+        self.coord = coord
+        self.priority = ProgramPriority(coord.priority)
+        window_s, most = coord.batch_window_ms / 1000, coord.max_batch
+        self.lanes = engines.verifier_replicas
+        self.draft_lanes = engines.drafter_replicas
+
+        def lanes(handle: Any, method: str, n: int) -> list[Batcher]:
+            return [Batcher(self._submit(handle, method, i), window_s, most) for i in range(n)]
+
+        self.drafts = lanes(drafter, "propose_batch", self.draft_lanes)
+        self.strong_steps = lanes(verifier, "propose_batch", self.lanes)
+        self.verifies = lanes(verifier, "verify_batch", self.lanes)
+
+    @staticmethod
+    def _submit(handle: Any, method: str, lane: int) -> Callable[[Sequence[SimRequest]], Awaitable[list]]:
+        call = getattr(handle.routed(f"lane-{lane}"), method)
+
+        async def submit(requests: Sequence[SimRequest]) -> list:
+            return await call(list(requests))
+        return submit
+
+    def queued(self) -> int:
+        return sum(len(b) for b in (*self.drafts, *self.strong_steps, *self.verifies))
+
+    def batchers(self) -> dict[str, list[Batcher]]:
+        return {"draft": self.drafts, "strong": self.strong_steps, "verify": self.verifies}
+
+    def models(self, session: SessionView, catalog: Catalog) -> tuple[Policy, Policy, Verifier]:
+        trial = session.request.trial
+        draft_lane, verifier_lane = lane_of(session.id, self.draft_lanes), lane_of(session.id, self.lanes)
+
+        def req(history: History, draft: Sequence[Step] = (), feedback: str | None = None,
+                criterion: str = "semantic") -> SimRequest:
+            return SimRequest(session.id, session.domain, session.task.id, trial, history.steps, tuple(draft), feedback,
+                              criterion)
+
+        c, p, sid = self.coord, self.priority, session.id
+        weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, lambda h, d, f: p.run(
+            sid, p.draft_kind(sid), lambda n: self.drafts[draft_lane](req(h, d, f), n())))
+        strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, lambda h, d, f: p.run(
+            sid, p.strong_kind(sid), lambda n: self.strong_steps[verifier_lane](req(h, d, f), n())))
+        verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s, lambda h, b, crit: p.run(
+            sid, p.verify_kind(sid, b),
+            lambda n: self.verifies[verifier_lane](req(h, b, criterion=crit), n())))
+        return weak, strong, verifier
+
+
+class OpenAIEngineClient:
+    """Engines behind OpenAI-compatible endpoints; verify requests of one window go out together."""
+
+    def __init__(self, engines: OpenAIEngines, coord: CoordinatorConfig, env: dict[str, str], shards: int = 1):
+        self.cfg, self.coord = engines, coord
+
+        def backend(e) -> ChatBackend:
+            key = env.get(e.api_key_env, "") if e.api_key_env else "EMPTY"
+            return ChatBackend(e.url, key or "EMPTY", model=e.model, timeout_s=engines.timeout_s,
+                               max_retries=engines.max_retries, strict=engines.strict_schema)
+
+        self.drafter, self.verifier = backend(engines.drafter), backend(engines.verifier)
+        self.verify_batch = Batcher(self._together, coord.batch_window_ms / 1000, coord.max_batch)
+        self.priority = ProgramPriority(coord.priority)
+        # each coordinator shard sees its share of the verifier's traffic, so it may count on that share of its KV
+        kv = engines.verifier_kv_tokens // shards if engines.verifier_kv_tokens else None
+        self.ahead = PrefillAhead(self.verifier, self.priority, engines.verifier.send_priority, time.perf_counter,
+                                  engines.prefill_trust_s, kv_tokens=kv) if engines.prefill_ahead else None
+
+    @staticmethod
+    async def _together(items: Sequence[tuple[LLMVerifier, History, Sequence[Step], Any]]) -> list:
+        return await asyncio.gather(*(v.verify(h, b, n) for v, h, b, n in items), return_exceptions=True)
+
+    def queued(self) -> int:
+        return len(self.verify_batch)
+
+    def batchers(self) -> dict[str, list[Batcher]]:
+        return {"verify": [self.verify_batch]}
+
+    def models(self, session: SessionView, catalog: Catalog) -> tuple[Policy, Policy, Verifier]:
+        policy = catalog.policy[: self.cfg.policy_chars] if self.cfg.policy_chars else catalog.policy
+        request = session.request
+        role = {"agent_role": agent_role(request)} if request.instructions or request.context else {}
+        prompt = PromptConfig(policy=policy, observation_chars=self.cfg.observation_chars, **role)
+        headers = lambda: {**traceparent_headers(), "x-session-id": session.id}
+        kw = {"max_tokens": self.cfg.max_tokens, "temperature": 0.0, "headers": headers}
+        on_verifier = PromptTrail()  # the strong steps, verifies and prefills of this session share an engine
+        weak_llm = LLMPolicy(self.drafter, prompt, catalog.schemas, trail=PromptTrail(), **kw)
+        strong_llm = LLMPolicy(self.verifier, prompt, catalog.schemas, trail=on_verifier, **kw)
+        verifier_llm = LLMVerifier(self.verifier, prompt, catalog.schemas, trail=on_verifier, **kw)
+        c, p, sid = self.coord, self.priority, session.id
+        # the verify batcher orders by n() either way; an engine only where it runs vLLM's priority scheduler
+        weak_n = (lambda n: n) if self.cfg.drafter.send_priority else (lambda n: None)
+        send = (lambda n: n) if self.cfg.verifier.send_priority else (lambda n: None)
+        sent = self.ahead.sent if self.ahead else (lambda sid, steps: None)
+        judges = {"semantic": verifier_llm, "exact": verifier_llm.by_exact_match()}
+
+        def draft(h: History, d: Sequence[Step], f: str | None) -> Awaitable[Proposal]:
+            if self.ahead and not d and f is None:  # a block starts: the verifier computes H meanwhile
+                self.ahead.start(session, verifier_llm.prompts, h, headers, on_verifier)
+            return p.run(sid, p.draft_kind(sid), lambda n: weak_llm.propose(h, d, f, weak_n(n)))
+
+        def strong_step(h: History, d: Sequence[Step], f: str | None) -> Awaitable[Proposal]:
+            sent(sid, h.steps + tuple(d))
+            return p.run(sid, p.strong_kind(sid), lambda n: strong_llm.propose(h, d, f, send(n)))
+
+        async def verify(h: History, b: Sequence[Step], crit: str) -> Review:
+            if self.ahead:
+                await self.ahead.settled(sid)  # H is being computed: sent alongside, the verify would redo it
+            sent(sid, h.steps + tuple(b))
+            return await p.run(sid, p.verify_kind(sid, b),
+                               lambda n: self.verify_batch((judges[crit], h, b, send(n)), n()))
+
+        weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, draft)
+        strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, strong_step)
+        verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s, verify)
+        return weak, strong, verifier
+
+
+def agent_role(request: CreateSession) -> str:
+    """The system prompt's first paragraph: the instructions (the profile's default role if none), then
+    the conversation replayed before the session, if any."""
+    role = request.instructions or DEFAULT_ROLE
+    return f"{role}\n\n{request.context}" if request.context else role

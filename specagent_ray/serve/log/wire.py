@@ -1,0 +1,67 @@
+"""JSON forms of the protocol's values, for the session log, the event stream and the HTTP API.
+
+``step_from(step_dict(s)) == s`` for every step; the same holds for actions. Nothing here knows about
+Ray or HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...protocol.types import Action, ActionKind, Effect, Event, Observation, Step, ToolCall, UserToolCall
+
+
+def action_dict(action: Action) -> dict[str, Any]:
+    if action.kind is ActionKind.TOOL:
+        assert action.call is not None
+        return {"kind": "tool", "name": action.call.name, "arguments": action.call.arguments}
+    if action.kind is ActionKind.MESSAGE:
+        return {"kind": "message", "text": action.text}
+    return {"kind": "stop"}
+
+
+def action_from(data: dict[str, Any]) -> Action:
+    kind = data["kind"]
+    if kind == "tool":
+        return Action.tool(data["name"], **data["arguments"])
+    if kind == "message":
+        return Action.message(data["text"])
+    return Action.stop()
+
+
+def observation_dict(obs: Observation | None) -> dict[str, Any] | None:
+    if obs is None:
+        return None
+    out: dict[str, Any] = {"content": obs.content, "error": obs.error, "user_stop": obs.user_stop}
+    if obs.user_calls:  # only dual-control domains have them; other records keep their old form
+        out["user_calls"] = [{"name": u.call.name, "arguments": u.call.arguments, "content": u.content,
+                              "error": u.error} for u in obs.user_calls]
+    return out
+
+
+def observation_from(data: dict[str, Any] | None) -> Observation | None:
+    if data is None:
+        return None
+    calls = tuple(UserToolCall(ToolCall(u["name"], u["arguments"]), u["content"], u.get("error", False))
+                  for u in data.get("user_calls") or ())
+    return Observation(data["content"], data["error"], data["user_stop"], calls)
+
+
+def step_dict(step: Step) -> dict[str, Any]:
+    return {"action": action_dict(step.action), "observation": observation_dict(step.observation),
+            "author": step.author, "effect": step.effect.value}
+
+
+def step_from(data: dict[str, Any]) -> Step:
+    return Step(action_from(data["action"]), observation_from(data["observation"]), data["author"],
+                Effect(data["effect"]))
+
+
+def event_dict(event: Event) -> dict[str, Any]:
+    return {"kind": event.kind, "detail": event.detail,
+            "action": action_dict(event.action) if event.action is not None else None}
+
+
+def event_from(data: dict[str, Any]) -> Event:
+    action = data.get("action")
+    return Event(data["kind"], data.get("detail", ""), action_from(action) if action else None)

@@ -1,0 +1,279 @@
+"""A session's records, read back as the Responses API's objects: responses, their output items, their
+input items and their stream of events. Pure functions of the session log's published records.
+
+``output`` holds only what is committed, or certain to be:
+- an MCP tool step appears (``mcp_call``) once it is committed, or once the agent's message that ends
+  its block is sent (a block without a staged write commits whole when the user replies);
+- a draft step that the verifier rejected never appears; a write denied by the client never ran and
+  does not appear either (the agent is told);
+- a function call appears when it goes out to the client (``function_call``): a drafted read while the
+  draft is written (reads are reversible), a write only after the verifier accepted it;
+- an approval request (``mcp_approval_request``) and the agent's message (``message``) end the turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from ..core.errors import NotFound
+from ..sessions.turns import ENDS_TURN
+from .translate import SAMPLING, response_id
+
+Records = Sequence[dict[str, Any]]
+Labels = Mapping[str, str]  # an MCP tool's name -> its server's label
+ENDS = (*ENDS_TURN, "final")  # what ends the agent's turn, or the session
+BOUNDARIES = ("accepted", "rejected", "redraft", "commit")  # after these, no drafted read is pending
+FINAL_STATUS = {"done": "completed", "failed": "failed", "cancelled": "cancelled", "timed_out": "incomplete"}
+
+
+def turn_start(records: Records, n: int) -> int:
+    """Where turn ``n`` starts in a session's records: at ``created`` (turn 0) or at its ``turn`` record."""
+    starts = [0] + [i for i, r in enumerate(records) if r["t"] == "turn"]
+    if n >= len(starts):
+        raise NotFound(f"no response {n} in this conversation")
+    return starts[n]
+
+
+def turn_records(records: Records, n: int) -> Records:
+    """The records of turn ``n``, up to the next turn's start."""
+    return _until_next(records[turn_start(records, n):])[0]
+
+
+def _until_next(onward: Records) -> tuple[Records, bool]:
+    """The records of the turn that starts ``onward``, and whether it is the latest."""
+    following = next((i for i, r in enumerate(onward) if i and r["t"] == "turn"), None)
+    return (onward, True) if following is None else (onward[:following], False)
+
+
+def status_of(turn: Records, latest: bool) -> str:
+    """completed once the agent's turn ended (its message, a function call, an approval request); a
+    session that ended first gives its own status (failed, cancelled, incomplete)."""
+    end = next((r for r in turn if r["t"] in ENDS), None)  # the first end decides: a later cancel changes nothing
+    if end is not None:
+        return FINAL_STATUS[end["status"]] if end["t"] == "final" else "completed"
+    return "in_progress" if latest else "completed"
+
+
+def output_items(turn: Records, sid: str, labels: Labels) -> list[dict[str, Any]]:
+    """The turn's output items (see the module doc); ``labels``: the MCP server of each MCP tool (a tool
+    not in it is a function tool)."""
+    out: list[dict[str, Any]] = []
+    pending: list[tuple[dict[str, Any], dict[str, Any]]] = []  # drafted reads of the block: (action, observation)
+    result: dict[str, Any] | None = None
+    for r in turn:
+        t = r["t"]
+        if t == "created" and r.get("tools") is not None:
+            out += _listings(r, sid, labels)
+        elif t == "tool_result":
+            result = r["observation"]
+        elif t == "drafted" and r.get("action", {}).get("kind") == "tool" and result is not None:
+            pending.append((r["action"], result))
+        elif t == "commit" and not any(s["action"]["kind"] == "message" for s in r["steps"]):
+            out += [_mcp_call(s["action"], s["observation"], sid, r["seq"], i, labels)
+                    for i, (s, key) in enumerate(zip(r["steps"], r["keys"], strict=True))
+                    if s["action"]["kind"] == "tool" and s["action"]["name"] in labels
+                    and (s["effect"] == "read" or key is not None)]
+        elif t == "agent_message":
+            out += [_mcp_call(a, o, sid, r["seq"], i, labels) for i, (a, o) in enumerate(pending)
+                    if a["name"] in labels]
+            out.append(message(r["text"], f"msg_{sid}_{r['seq']}"))
+        elif t == "tool_call_pending":
+            out.append({"type": "function_call", "id": f"fc_{sid}_{r['seq']}", "call_id": r["call_id"],
+                        "name": r["name"], "arguments": json.dumps(r["arguments"]), "status": "completed"})
+        elif t == "approval_request":
+            out.append({"type": "mcp_approval_request", "id": r["id"], "server_label": labels.get(r["name"], ""),
+                        "name": r["name"], "arguments": json.dumps(r["arguments"])})
+        if t in BOUNDARIES or t == "agent_message":
+            pending = []
+    return out
+
+
+def labels_of(created: dict[str, Any], mcp: Sequence[str]) -> dict[str, str]:
+    """The MCP server of each MCP tool of a session, from its ``created`` record: a tool of its
+    ``more_sources`` names its own; the others are its ``tool_source``'s, where that is one of ``mcp``."""
+    main = created["request"]["tool_source"]
+    tools = created.get("tools") or []
+    return {t["name"]: t.get("source", main) for t in tools if t.get("source", main) in mcp}
+
+
+def _listings(created: dict[str, Any], sid: str, labels: Labels) -> list[dict[str, Any]]:
+    """One ``mcp_list_tools`` item per MCP server, in the order its first tool comes."""
+    servers = list(dict.fromkeys(labels[t["name"]] for t in created["tools"] if t["name"] in labels))
+    return [{"type": "mcp_list_tools", "id": f"mcpl_{sid}_{created['seq']}" + (f"_{i}" if i else ""),
+             "server_label": label, "tools": [{k: v for k, v in t.items() if k != "source"} for t in created["tools"]
+                                             if labels.get(t["name"]) == label]} for i, label in enumerate(servers)]
+
+
+def _mcp_call(action: dict[str, Any], obs: dict[str, Any], sid: str, seq: int, i: int, labels: Labels) -> dict[str, Any]:
+    error = obs["content"] if obs.get("error") else None
+    return {"type": "mcp_call", "id": f"mcp_{sid}_{seq}_{i}", "server_label": labels[action["name"]],
+            "name": action["name"], "arguments": json.dumps(action.get("arguments", {})), "output": obs["content"],
+            "error": error, "status": "failed" if error else "completed"}
+
+
+def message(text: str, item_id: str) -> dict[str, Any]:
+    return {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+
+
+def usage(turn: Records) -> dict[str, Any]:
+    """Tokens of both models' calls logged in the turn, with the speculation figures (an extra field)."""
+    calls = [c for r in turn if r["t"] in ("commit", "calls") for c in r["calls"]]
+    prompt, cached, decode = (sum(c["usage"][i] for c in calls) for i in range(3))
+    verdicts = [r["detail"] for r in turn if r["t"] == "accepted" and "/" in r.get("detail", "")]
+    accepted, drafted = (sum(int(v.split("/")[i]) for v in verdicts) for i in range(2))
+    by_model = {role: {"input_tokens": sum(c["usage"][0] for c in calls if c["role"] == role),
+                       "output_tokens": sum(c["usage"][2] for c in calls if c["role"] == role)}
+                for role in ("weak", "strong")}
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": prompt - cached}, "output_tokens": decode,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + decode,
+            "speculation": {"blocks": len(verdicts), "drafted_steps": drafted, "accepted_steps": accepted,
+                            "strong_calls": sum(c["role"] == "strong" and c["purpose"] != "prefill" for c in calls),
+                            "prefill_calls": sum(c["purpose"] == "prefill" for c in calls),
+                            "verdict_tokens": sum(c["usage"][2] for c in calls if c["purpose"] == "verify"),
+                            "by_model": by_model}}
+
+
+ECHO = {**SAMPLING, "tool_choice": "auto", "parallel_tool_calls": False, "truncation": "disabled",
+        "text": {"format": {"type": "text"}}, "reasoning": None, "max_output_tokens": None, "max_tool_calls": None,
+        "service_tier": "default", "safety_identifier": None, "prompt_cache_key": None, "user": None,
+        "conversation": None}
+
+
+def turn_meta(created: dict[str, Any], turn: Records, n: int) -> dict[str, Any]:
+    """What the request of response ``n`` said about it (``TurnMeta``), given its turn's records."""
+    return (created.get("turn") if n == 0 else turn[0].get("meta")) or {}
+
+
+def response(created: dict[str, Any], onward: Records, sid: str, n: int, labels: Labels) -> dict[str, Any]:
+    """Response ``n`` of a session, from its ``created`` record and its records from turn ``n``'s start on:
+    every field of the specification's response object, those about the request as applied (``echo``)."""
+    turn, latest = _until_next(onward)
+    meta = turn_meta(created, turn, n)
+    status = status_of(turn, latest)
+    final = next((r for r in turn if r["t"] == "final"), None)
+    error = {"code": "server_error", "message": final.get("error") or "failed"} if status == "failed" else None
+    incomplete = {"reason": (final or {}).get("error") or "incomplete"} if status == "incomplete" else None
+    created_at = meta.get("created_at", 0)
+    stamps = [r["at"] for r in turn if r.get("at")]
+    done = None if status == "in_progress" else max([created_at, *stamps])
+    echo = {**ECHO, **meta.get("echo", {})}
+    return {"id": response_id(sid, n), "object": "response", "created_at": created_at, "completed_at": done,
+            "status": status, "incomplete_details": incomplete, "model": meta.get("model", ""),
+            "previous_response_id": response_id(sid, n - 1) if n else None,
+            "instructions": created["request"].get("instructions"), "output": output_items(turn, sid, labels),
+            "error": error, **echo, "tools": meta.get("tools", []), "usage": usage(turn),
+            "store": meta.get("store", True), "background": meta.get("background", False),
+            "metadata": meta.get("metadata", {})}
+
+
+def hidden(records: Records, n: int) -> bool:
+    """Whether response ``n`` was asked with ``store: false`` (it is not retrievable afterwards)."""
+    return turn_meta(records[0], turn_records(records, n), n).get("store") is False
+
+
+def output_ids(records: Records, sid: str, labels: Labels) -> list[str]:
+    """The ids of every output item of the session so far, turn by turn."""
+    starts = [0] + [i for i, r in enumerate(records) if r["t"] == "turn"]
+    return [item["id"] for s in starts for item in output_items(_until_next(records[s:])[0], sid, labels)]
+
+
+def history_until(records: Records, sid: str, n: int, labels: Labels) -> list[dict[str, Any]]:
+    """The conversation's items up to the end of response ``n``: each turn's input, then its output."""
+    return [i for k in range(n + 1) for i in (*input_items(records, sid, k),
+                                               *output_items(turn_records(records, k), sid, labels))]
+
+
+def all_items(records: Records, sid: str, labels: Labels) -> dict[str, dict[str, Any]]:
+    """Every item of the session, input and output, by id."""
+    turns = sum(r["t"] == "turn" for r in records) + 1
+    starts = [0] + [i for i, r in enumerate(records) if r["t"] == "turn"]
+    out = {i["id"]: i for s in starts for i in output_items(_until_next(records[s:])[0], sid, labels)}
+    out.update({i["id"]: i for n in range(turns) for i in input_items(records, sid, n)})
+    return out
+
+
+def input_items(records: Records, sid: str, n: int) -> list[dict[str, Any]]:
+    """What the client sent in turn ``n``, in order."""
+    out: list[dict[str, Any]] = []
+    for r in turn_records(records, n):
+        item_id = f"in_{sid}_{r['seq']}"
+        if r["t"] == "created" and r["request"].get("message"):
+            out.append(_user(r["request"]["message"], item_id))
+        elif r["t"] == "user_message":
+            out.append(_user(r["text"], item_id))
+        elif r["t"] == "tool_result_posted":
+            out.append({"type": "function_call_output", "id": item_id, "call_id": r["call_id"],
+                        "output": r["observation"]["content"], "status": "completed"})
+        elif r["t"] == "approval_response":
+            out.append({"type": "mcp_approval_response", "id": item_id, "approval_request_id": r["id"],
+                        "approve": r["approve"], "reason": r.get("reason")})
+    return out
+
+
+def _user(text: str, item_id: str) -> dict[str, Any]:
+    return {"type": "message", "id": item_id, "role": "user", "status": "completed",
+            "content": [{"type": "input_text", "text": text}]}
+
+
+def item_events(item: dict[str, Any], index: int) -> Iterator[dict[str, Any]]:
+    """The stream events of one output item (without sequence numbers): added, its content or arguments
+    (one delta each: an item is sent once it is committed, whole), done."""
+    kind, item_id = item["type"], item["id"]
+    at = {"output_index": index, "item_id": item_id}
+    if kind == "message":
+        text = item["content"][0]["text"]
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        yield {"type": "response.output_item.added", "output_index": index,
+               "item": {**item, "status": "in_progress", "content": []}}
+        yield {"type": "response.content_part.added", **at, "content_index": 0, "part": part}
+        yield {"type": "response.output_text.delta", **at, "content_index": 0, "delta": text, "logprobs": []}
+        yield {"type": "response.output_text.done", **at, "content_index": 0, "text": text, "logprobs": []}
+        yield {"type": "response.content_part.done", **at, "content_index": 0, "part": {**part, "text": text}}
+    elif kind == "function_call":
+        yield {"type": "response.output_item.added", "output_index": index,
+               "item": {**item, "status": "in_progress", "arguments": ""}}
+        yield {"type": "response.function_call_arguments.delta", **at, "delta": item["arguments"]}
+        yield {"type": "response.function_call_arguments.done", **at, "arguments": item["arguments"]}
+    elif kind == "mcp_call":
+        yield {"type": "response.output_item.added", "output_index": index,
+               "item": {**item, "status": "in_progress", "arguments": "", "output": None, "error": None}}
+        yield {"type": "response.mcp_call_arguments.delta", **at, "delta": item["arguments"]}
+        yield {"type": "response.mcp_call_arguments.done", **at, "arguments": item["arguments"]}
+        yield {"type": "response.mcp_call.in_progress", **at}
+        yield {"type": f"response.mcp_call.{'failed' if item['error'] else 'completed'}", **at}
+    elif kind == "mcp_list_tools":
+        yield {"type": "response.output_item.added", "output_index": index, "item": {**item, "tools": []}}
+        yield {"type": "response.mcp_list_tools.in_progress", **at}
+        yield {"type": "response.mcp_list_tools.completed", **at}
+    else:
+        yield {"type": "response.output_item.added", "output_index": index, "item": item}
+    yield {"type": "response.output_item.done", "output_index": index, "item": item}
+
+
+def sse(event: dict[str, Any]) -> str:
+    return f"event: {event['type']}\ndata: {json.dumps(event, default=str)}\n\n"
+
+
+def lifecycle(kind: str, snapshot: dict[str, Any]) -> dict[str, Any]:
+    """``response.created`` / ``.in_progress`` / ``.completed`` / ``.failed`` / ``.incomplete``."""
+    return {"type": f"response.{kind}", "response": snapshot}
+
+
+def ended(status: str) -> str | None:
+    """The lifecycle event that ends a stream in ``status``, or None while the response runs."""
+    return {"completed": "completed", "failed": "failed", "incomplete": "incomplete",
+            "cancelled": "failed"}.get(status)
+
+
+def page(items: list[dict[str, Any]], limit: int, order: str, after: str | None) -> dict[str, Any]:
+    """One page of a list of items (oldest first), OpenAI's list shape: newest first unless ``order``
+    is ``asc``, from the item after ``after`` (the start where no item has that id)."""
+    items = items[::-1] if order == "desc" else items
+    ids = [i["id"] for i in items]
+    start = ids.index(after) + 1 if after in ids else 0
+    out = items[start:start + limit]
+    return {"object": "list", "data": out, "first_id": out[0]["id"] if out else None,
+            "last_id": out[-1]["id"] if out else None, "has_more": start + limit < len(items)}

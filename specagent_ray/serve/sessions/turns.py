@@ -1,0 +1,150 @@
+"""A session's turns (the Responses API's responses) and the client's approvals of verified writes.
+
+Both are state of the one ``Session``; the Responses API (``responses.py``) only translates. A turn is
+what the client sends between two ends of the agent's turn: turn 0 starts at ``created``, each later one
+at its ``turn`` record, followed by its inputs (user messages, client tool results, approval answers).
+
+Guarantees:
+- a turn continues only the latest one (409 otherwise), and takes only inputs the session waits for:
+  a pending client tool call's result, an answer to an open approval request (404 otherwise);
+- inputs that were already taken (the same tool result or approval posted again, or a turn repeated
+  with its Idempotency-Key) answer with the turn that took them and record nothing: a write runs once;
+- an approval request is asked once per verified write; a restart that re-proposes the same write finds
+  the same open request (and its answer, if the client gave one), so the id the client holds stays good;
+- a denied write never runs: ``approved()`` answers False and the session tells the agent so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field, StrictBool
+
+from ...protocol.types import ToolCall
+from ..core.api import Body, ToolResult, UserMessage
+from ..core.errors import Conflict, NotFound
+from ..log.records import ApprovalAnswer, ApprovalRequest, TurnMeta
+
+ENDS_TURN = ("agent_message", "tool_call_pending", "approval_request")  # records after which the client acts
+
+
+class ApprovalPost(Body):
+    """The client's answer to an approval request (``approval_request`` event or ``mcp_approval_request`` item)."""
+
+    approval_request_id: str = Field(min_length=1, max_length=200)
+    approve: StrictBool
+    reason: str | None = Field(None, max_length=2000)
+
+
+TurnInput = Annotated[UserMessage | ToolResult | ApprovalPost, Field(union_mode="left_to_right")]
+
+
+class TurnPost(Body):
+    """A continuation: turn ``previous + 1`` of a session, with its inputs."""
+
+    previous: int = Field(ge=0, description="the turn it continues: the session's latest")
+    inputs: list[TurnInput] = Field(min_length=1, max_length=64)
+    meta: TurnMeta
+
+
+@dataclass
+class ApprovalState:
+    """One approval request: the write it holds, the client's answer once given, and whether the write's
+    step was committed since (then a later identical write asks anew)."""
+
+    id: str
+    call_key: str
+    approve: bool | None = None
+    reason: str | None = None
+    consumed: bool = False
+    answered: asyncio.Future | None = None
+
+
+@dataclass
+class Approvals:
+    sid: str
+    items: dict[str, ApprovalState] = field(default_factory=dict)
+
+    def open_for(self, call: ToolCall) -> ApprovalState | None:
+        """The request for ``call`` that no commit has consumed yet (one asked before a restart)."""
+        return next((a for a in self.items.values() if a.call_key == call.key() and not a.consumed), None)
+
+    def new(self, call: ToolCall) -> tuple[ApprovalState, ApprovalRequest]:
+        a = ApprovalState(f"apr_{self.sid}_{len(self.items)}", call.key())
+        self.items[a.id] = a
+        return a, ApprovalRequest(id=a.id, name=call.name, arguments=call.arguments)
+
+    def answer(self, post: ApprovalPost) -> ApprovalAnswer | None:
+        """The record of a new answer; None for one given before (409 if it differed; 404: no such request)."""
+        a = self.items.get(post.approval_request_id)
+        if a is None:
+            raise NotFound(f"no approval request {post.approval_request_id!r} in this conversation")
+        if a.approve is not None:
+            if a.approve != post.approve:
+                raise Conflict(f"approval request {a.id} was already {'approved' if a.approve else 'denied'}")
+            return None
+        a.approve, a.reason = post.approve, post.reason
+        if a.answered is not None and not a.answered.done():
+            a.answered.set_result(None)
+        return ApprovalAnswer(id=a.id, approve=post.approve, reason=post.reason)
+
+    def consumed(self) -> None:
+        """A step was committed: every answered request has had its effect."""
+        for a in self.items.values():
+            if a.approve is not None:
+                a.consumed = True
+
+    def restore(self, rec: ApprovalRequest | ApprovalAnswer) -> None:
+        if isinstance(rec, ApprovalRequest):
+            self.items[rec.id] = ApprovalState(rec.id, ToolCall(rec.name, rec.arguments).key())
+        elif rec.id in self.items:
+            self.items[rec.id].approve, self.items[rec.id].reason = rec.approve, rec.reason
+
+
+@dataclass
+class Turns:
+    """How many turns a session has had, and which turn took each input (for repeats)."""
+
+    count: int = 1
+    ended: bool = False  # since the latest turn began, the agent's turn ended (``ENDS_TURN``)
+    starts: dict[int, int] = field(default_factory=lambda: {0: 0})  # a turn's number -> its first record's seq
+    keys: dict[str, int] = field(default_factory=dict)  # a turn's Idempotency-Key -> its number
+    took: dict[str, int] = field(default_factory=dict)  # "call:<id>" / "approval:<id>" -> the turn that took it
+
+    def repeat(self, post: TurnPost, key: str | None, approvals: Approvals) -> int | None:
+        """The turn that already took this post (by its key, or every input it carries), or None; 409 for
+        an approval answered otherwise before."""
+        if key is not None and key in self.keys:
+            return self.keys[key]
+        taken = {self.took.get(ident) for ident in map(identity, post.inputs)}
+        if len(taken) == 1 and None not in taken:
+            for item in post.inputs:
+                if isinstance(item, ApprovalPost):
+                    approvals.answer(item)  # the same answer records nothing; another is a conflict
+            return taken.pop()
+        return None
+
+    def begin(self, post: TurnPost, key: str | None) -> int:
+        if post.previous != self.count - 1:
+            raise Conflict(f"turn {post.previous} is not this conversation's latest (turn {self.count - 1}); "
+                           "continue from the latest", "previous_response_id", "not_latest")
+        n, self.count, self.ended = self.count, self.count + 1, False
+        if key is not None:
+            self.keys[key] = n
+        return n
+
+    def took_input(self, item: UserMessage | ToolResult | ApprovalPost, n: int) -> None:
+        ident = identity(item)
+        if ident is not None:
+            self.took[ident] = n
+
+
+def identity(item: UserMessage | ToolResult | ApprovalPost) -> str | None:
+    """What makes an input the same input when posted twice; None for messages (two may be alike)."""
+    if isinstance(item, ToolResult):
+        return f"call:{item.call_id}"
+    if isinstance(item, ApprovalPost):
+        return f"approval:{item.approval_request_id}"
+    return None
