@@ -3,7 +3,7 @@ Responses 2026-04-24 and OpenAI's own fields): a body that a client following ei
 for its shape; a field that no specification has is refused by name (400), as OpenAI's API refuses it.
 
 These models only say what a request may hold. What the server does with each field (honour it, or
-take it and echo what was applied) is ``responses.py``'s, and docs/serving.md's table. They are strict:
+take it and echo what was applied) is ``responses/translate.py``'s, and docs/serving.md's table. They are strict:
 JSON Schema's types, no string for a number, so that the published schema (``json_schema``) and what is
 taken agree in both directions.
 """

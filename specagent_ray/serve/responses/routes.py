@@ -1,6 +1,6 @@
 """The Responses API's routes on the gateway: the same keys, tenants, rate limits, body cap and
 Idempotency-Key as the sessions API, over the same coordinator calls. Only wiring: requests are
-translated by ``responses.py``, records read back by ``response_items.py``.
+translated by ``responses/translate.py``, records read back by ``responses/items.py``.
 
 - ``POST /v1/responses`` answers once the agent's turn ended (a message, a function call, an approval
   request); ``background: true`` answers at once (poll ``GET``); ``stream: true`` streams the Responses

@@ -3,10 +3,10 @@
 A conversation is a session, a response is one turn of it (``turns.py``), a staged write that the
 verifier accepted can also wait for the client's approval. ``POST /v1/responses`` without
 ``previous_response_id`` becomes a ``CreateSession`` (or, for a replay of a session of this server's,
-a turn of it: ``response_inputs.py``); with it, a ``TurnPost`` to that session. Nothing here keeps
-state: the session log does (``response_items.py`` reads it back).
+a turn of it: ``responses/inputs.py``); with it, a ``TurnPost`` to that session. Nothing here keeps
+state: the session log does (``responses/items.py`` reads it back).
 
-Every field the specification allows is taken (``response_models.py``); each is honoured or echoed as
+Every field the specification allows is taken (``responses/models.py``); each is honoured or echoed as
 applied in the response object (``applied``; docs/serving.md has the table). Refusals (400, with the
 field in ``param``): a field no specification has; a tool that would make the server reach a URL of the
 client's choosing; a tool type this server does not host (unless its operator drops them); an unknown

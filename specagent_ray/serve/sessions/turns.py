@@ -1,6 +1,6 @@
 """A session's turns (the Responses API's responses) and the client's approvals of verified writes.
 
-Both are state of the one ``Session``; the Responses API (``responses.py``) only translates. A turn is
+Both are state of the one ``Session``; the Responses API (``responses/translate.py``) only translates. A turn is
 what the client sends between two ends of the agent's turn: turn 0 starts at ``created``, each later one
 at its ``turn`` record, followed by its inputs (user messages, client tool results, approval answers).
 
@@ -11,7 +11,7 @@ Guarantees:
   with its Idempotency-Key) answer with the turn that took them and record nothing: a write runs once;
 - an approval request is asked once per verified write; a restart that re-proposes the same write finds
   the same open request (and its answer, if the client gave one), so the id the client holds stays good;
-- a denied write never runs: ``approved()`` answers False and the session tells the agent so.
+- a denied write never runs: ``turn_taking.approved()`` answers False and the session tells the agent so.
 """
 
 from __future__ import annotations
