@@ -264,14 +264,18 @@ async def test_a_failing_verifier_is_retried_then_falls_back_to_a_strong_step(tm
 
 
 async def test_admission_control_answers_429_past_the_session_limit(tmp_path):
-    cluster = Cluster(tmp_path, config(max_sessions=2, retry_after_s=3))
+    # drafts take a minute: the two admitted sessions are still running on the slowest machine
+    stuck = LatencyModel(draft_base_s=60, draft_per_request_s=0, verify_base_s=60, verify_per_request_s=0,
+                         step_base_s=60)
+    cluster = Cluster(tmp_path, config(stuck, max_sessions=2, retry_after_s=3))
     coord = cluster.coordinator
     await coord.start()
-    for i in range(2):
-        await coord.create(sim(str(i)))
+    sids = [(await coord.create(sim(str(i))))["session_id"] for i in range(2)]
     with pytest.raises(Overloaded) as err:
         await coord.create(sim("3"))
     assert err.value.retry_after_s == 3 and "limit is 2" in err.value.message
+    for sid in sids:
+        await coord.cancel(sid)
 
 
 async def test_a_burst_of_creates_admits_exactly_the_session_limit(tmp_path):
