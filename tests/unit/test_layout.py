@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import logging
 import tomllib
 from pathlib import Path
 
 import pytest
-from importlinter.cli import lint_imports
+from importlinter import cli
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "specagent_ray"
@@ -42,6 +43,18 @@ def offenders(inside: str, forbidden: str, exempt: str | None = None, package: P
         if bad:
             found.append(f"{path.relative_to(package)}: {', '.join(bad)}")
     return found
+
+
+def lint_imports(**kwargs) -> int:
+    """import-linter's check, leaving the process's loggers as they were: its CLI configures logging with
+    ``dictConfig``, which disables every logger that exists then (other tests' ``caplog`` would see nothing)."""
+    loggers = [lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
+    disabled = {lg.name: lg.disabled for lg in loggers}
+    try:
+        return cli.lint_imports(**kwargs)
+    finally:
+        for lg in loggers:
+            lg.disabled = disabled[lg.name]
 
 
 def test_production_code_never_imports_the_test_fixtures():
