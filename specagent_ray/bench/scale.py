@@ -56,6 +56,20 @@ async def _stats(url: str) -> dict[str, Any]:
         return await client.stats()
 
 
+def per_step(idle: dict[str, Any], after: dict[str, Any], steps: int) -> dict[str, dict[str, float]]:
+    """What each committed step cost the coordinators between two ``stats()``, summed over shards: CPU
+    ms by part of the process (``telemetry/threads.py``), and calls in and out by method."""
+    out: dict[str, dict[str, float]] = {}
+    for key, scale in (("cpu_s_by_part", 1000), ("calls_in", 1), ("calls_out", 1)):
+        total: dict[str, float] = {}
+        for before, now in zip(idle["shards"], after["shards"]):
+            was = before.get("process", {}).get(key, {})
+            for name, value in now.get("process", {}).get(key, {}).items():
+                total[name] = total.get(name, 0.0) + scale * (value - was.get(name, 0)) / steps
+        out[key] = dict(sorted(total.items(), key=lambda kv: -kv[1]))
+    return out
+
+
 def scale_run(shards: int, sessions: int, latency: dict[str, float] | None = None,
               client_processes: int = 1, address: str | None = None) -> dict[str, Any]:
     """One fresh deployment with ``shards`` coordinators running ``sessions`` concurrent sessions, driven
@@ -92,7 +106,25 @@ def scale_run(shards: int, sessions: int, latency: dict[str, float] | None = Non
         "node_ids": sorted({s.get("node_id") or "?" for s in after["shards"]}),  # the Ray nodes holding shards
         "session_steps_per_s": sum(r.steps for r in results) / max(1e-9, sum(r.wall_s for r in results)),
         "bound_steps_per_s": sum(r.steps for r in results) / max(1e-9, sum(r.engine_s for r in results)),
+        "per_step": per_step(idle, after, steps),
     }
+
+
+def parts_table(rows: list[dict[str, Any]]) -> Table:
+    """Where the coordinators' CPU went, per committed step: by part of the process, and the calls in
+    (from the gateway) and out (to tool hosts and engines) that Ray handled for it."""
+    table = Table(title="Coordinator CPU per step, by part", caption="measured on this machine: CPU ms of "
+                  "each part's threads (/proc) and calls counted in the replica, per committed step")
+    table.add_column("part")
+    for r in rows:
+        table.add_column(f"{r['shards']} shard(s)", justify="right")
+    names = {k: None for r in rows for k in r["per_step"]["cpu_s_by_part"]}
+    for name in names:
+        table.add_row(f"CPU ms: {name}", *(f"{r['per_step']['cpu_s_by_part'].get(name, 0):.3f}" for r in rows))
+    for key, label in (("calls_in", "calls in"), ("calls_out", "calls out")):
+        for name in {k: None for r in rows for k in r["per_step"][key]}:
+            table.add_row(f"{label}: {name}", *(f"{r['per_step'][key].get(name, 0):.3f}" for r in rows))
+    return table
 
 
 def report_scale(console: Console, shard_counts: tuple[int, ...], sessions: int, latency_sessions: int,
@@ -119,6 +151,7 @@ def report_scale(console: Console, shard_counts: tuple[int, ...], sessions: int,
                       str(len(r["node_ids"])),
                       f"{r['client_cpu_ms_per_step']:.2f}")
     console.print(table)
+    console.print(parts_table(rows))
     errors = sum(r["errors"] for r in rows)
     if latency_sessions:
         shards = max(shard_counts)

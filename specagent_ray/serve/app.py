@@ -16,8 +16,11 @@ by ``ray.serve.llm:build_openai_app`` (see deployments/), and the coordinator re
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import threading
+from collections import Counter
 from typing import Any
 
 from ray import serve
@@ -80,6 +83,15 @@ class SimEngineDeployment:
         return self.engine.meters()
 
 
+def _forward(name: str):
+    """A coordinator method as the deployment's, counted in ``calls_in`` (``bench scale`` reports calls per step)."""
+    async def call(self: Any, *args: Any, **kw: Any) -> Any:
+        self.calls_in[name] += 1
+        return await getattr(self.coordinator, name)(*args, **kw)
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
 @serve.deployment(name="Coordinator", num_replicas=1, max_ongoing_requests=BUSY, logging_config=QUIET)
 class CoordinatorDeployment:
     async def __init__(self, cfg: dict[str, Any], tool_hosts: list[DeploymentHandle],
@@ -94,8 +106,11 @@ class CoordinatorDeployment:
         config = AppConfig.model_validate(cfg)
         for chatty in ("httpx", "LiteLLM", "openai"):
             logging.getLogger(chatty).setLevel(logging.WARNING)
-        tools = ShardedToolHost([Served(h) for h in tool_hosts])
-        self.coordinator = Coordinator(config, _engines(config, drafter, verifier), tools,
+        self.loop_thread = threading.get_native_id()  # Serve runs __init__ on the user code's event loop
+        self.calls_in: Counter[str] = Counter()
+        self.calls_out: Counter[str] = Counter()  # to the tool hosts and the simulated engines
+        tools = ShardedToolHost([Served(h, self.calls_out) for h in tool_hosts])
+        self.coordinator = Coordinator(config, _engines(config, drafter, verifier, self.calls_out), tools,
                                        open_store(shard_log(config.session_log, shard)), shard=shard)
         self._metrics()
         await self.coordinator.start()
@@ -120,54 +135,48 @@ class CoordinatorDeployment:
         self.coordinator.engines.priority.on_wait = metrics.observe_wait
         for batcher in self.coordinator.engines.batchers().get("verify", []):  # verifier batches only
             batcher.on_batch = metrics.observe_batch
+        self._flusher = asyncio.get_running_loop().create_task(_flush_every_second(metrics))
 
-    # The gateway's calls, as the coordinator takes them (``owner=``, ``idempotency_key=`` by keyword).
-    async def create(self, body: Any, **kw: Any) -> Any:
-        return await self.coordinator.create(body, **kw)
-
-    async def post_message(self, sid: str, body: Any, **kw: Any) -> Any:
-        return await self.coordinator.post_message(sid, body, **kw)
-
-    async def post_tool_result(self, sid: str, body: Any, **kw: Any) -> Any:
-        return await self.coordinator.post_tool_result(sid, body, **kw)
-
-    async def respond(self, sid: str, body: Any, **kw: Any) -> Any:
-        return await self.coordinator.respond(sid, body, **kw)
-
-    async def post_approval(self, sid: str, body: Any, **kw: Any) -> Any:
-        return await self.coordinator.post_approval(sid, body, **kw)
-
-    async def delete(self, sid: str, **kw: Any) -> Any:
-        return await self.coordinator.delete(sid, **kw)
-
-    async def events(self, sid: str, after: int, wait_s: float, **kw: Any) -> Any:
-        return await self.coordinator.events(sid, after, wait_s, **kw)
-
-    async def trajectory(self, sid: str, grade: bool, **kw: Any) -> Any:
-        return await self.coordinator.trajectory(sid, grade, **kw)
-
-    async def cancel(self, sid: str, **kw: Any) -> Any:
-        return await self.coordinator.cancel(sid, **kw)
-
-    async def create_conversation(self, items: Any, metadata: Any, **kw: Any) -> Any:
-        return await self.coordinator.create_conversation(items, metadata, **kw)
-
-    async def conversation(self, cid: str, op: str, arg: Any = None, **kw: Any) -> Any:
-        return await self.coordinator.conversation(cid, op, arg, **kw)
+    create = _forward("create")  # the gateway's calls, as the coordinator takes them (owner=... by keyword)
+    post_message = _forward("post_message")
+    post_tool_result = _forward("post_tool_result")
+    respond = _forward("respond")
+    post_approval = _forward("post_approval")
+    delete = _forward("delete")
+    events = _forward("events")
+    trajectory = _forward("trajectory")
+    cancel = _forward("cancel")
+    create_conversation = _forward("create_conversation")
+    conversation = _forward("conversation")
 
     def stats(self) -> dict[str, Any]:
         import ray
 
-        return {**self.coordinator.stats(), "node_id": ray.get_runtime_context().get_node_id()}
+        from ..telemetry.threads import cpu_by_part, serve_replica_parts
+
+        process = {"cpu_s_by_part": cpu_by_part(serve_replica_parts(self.loop_thread)),
+                   "calls_in": dict(self.calls_in), "calls_out": dict(self.calls_out)}
+        return {**self.coordinator.stats(), "node_id": ray.get_runtime_context().get_node_id(), "process": process}
 
 
-def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: DeploymentHandle | None) -> Any:
+async def _flush_every_second(metrics: Any) -> None:
+    """The protocol metrics' buffered per-step updates reach Ray once a second (``telemetry/metrics.py``)."""
+    while True:
+        await asyncio.sleep(1.0)
+        try:
+            metrics.flush()
+        except Exception:  # noqa: BLE001 - metrics never fail the coordinator
+            logging.getLogger(__name__).warning("could not export the protocol metrics", exc_info=True)
+
+
+def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: DeploymentHandle | None,
+             counts: Counter[str]) -> Any:
     from .core.handles import Served
     from .engines.engine_client import OpenAIEngineClient, SimEngineClient
 
     if isinstance(config.engines, SimEngines):
         assert drafter is not None and verifier is not None
-        return SimEngineClient(Served(drafter), Served(verifier), config.engines, config.coordinator)
+        return SimEngineClient(Served(drafter, counts), Served(verifier, counts), config.engines, config.coordinator)
     if isinstance(config.engines, ScriptedEngines):
         from ..models.plan import PlanEngineClient
         from .engines.priority import ProgramPriority

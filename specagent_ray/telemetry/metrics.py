@@ -3,12 +3,18 @@
 Names get Ray's ``ray_`` prefix on export, e.g. ``ray_specagent_accepted_prefix_bucket``. Create
 ``ProtocolMetrics`` inside a Ray driver, actor or Serve replica (after ``ray.init``); the recording
 calls are cheap and never raise into the serving path.
+
+The per-step updates (Algorithm 1's events, reviewed steps, accepted prefixes, engine waits, batch
+sizes) are buffered: counter increments add up per series, observations queue, and ``flush()`` hands
+them to Ray (the coordinator flushes once a second). Each Ray record call costs the caller's CPU; a
+second's events of one kind cost one. Until a flush, Prometheus does not see them.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..costs.ledger import decoding
 from ..protocol.interfaces import CallRecord
@@ -20,6 +26,8 @@ LATENCY_BOUNDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 BATCH_BOUNDS = [1.5, 2.5, 4.5, 8.5, 16.5, 32.5, 64.5, 128.5, 256.5]
 SHARE_BOUNDS = [0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99]
 GAP_BOUNDS = [0.001, 0.01, 0.05, 0.1, 0.2, 0.5]  # Ray's histograms take positive bounds only
+MAX_BUFFERED = 50_000  # observations held before a flush is forced (a loop that stopped flushing)
+Tags = tuple[tuple[str, str], ...]
 
 
 def tenant_label(owner: str, named: frozenset[str]) -> str:
@@ -89,6 +97,26 @@ class ProtocolMetrics:
             "share where positive: cache the layout promised and the engines did not give (0 where they gave "
             "more, from prefixes shared across sessions).",
             boundaries=GAP_BOUNDS, tag_keys=("role",))
+        self._counts: Counter[tuple[Any, Tags]] = Counter()
+        self._observed: list[tuple[Any, float, Tags]] = []
+
+    def _inc(self, counter: Any, n: float, tags: dict[str, str]) -> None:
+        self._counts[(counter, tuple(tags.items()))] += n
+
+    def _observe(self, histogram: Any, value: float, tags: dict[str, str] | None = None) -> None:
+        self._observed.append((histogram, value, tuple(tags.items()) if tags else ()))
+        if len(self._observed) >= MAX_BUFFERED:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand what was buffered since the last flush to Ray: one increment per counter series, then
+        every observation in the order it was made."""
+        counts, observed, self._counts, self._observed = self._counts, self._observed, Counter(), []
+        for (counter, tags), n in counts.items():
+            if n > 0:  # Ray's Counter.inc refuses 0
+                counter.inc(n, tags=dict(tags))
+        for histogram, value, tags in observed:
+            histogram.observe(value, tags=dict(tags) if tags else None)
 
     def observe_session(self, method: str, trajectory: Trajectory, calls: Sequence[CallRecord]) -> None:
         """A session run in-process: its events, then its end."""
@@ -99,15 +127,14 @@ class ProtocolMetrics:
     def observe_event(self, method: str, kind: str, detail: str) -> None:
         """One of Algorithm 1's events; an ``accepted`` one ("j/n") is a reviewed block's verdict. A detail
         that is not "j/n" counts the event and nothing else (the serving path never sees a raise)."""
-        self.events.inc(1, tags={"method": method, "kind": kind})
+        self._inc(self.events, 1, {"method": method, "kind": kind})
         if kind == "accepted":
             j, _, n = detail.partition("/")
             if not (j.isdigit() and n.isdigit() and int(j) <= int(n)):
                 return
-            self.accepted_prefix.observe(int(j), tags={"method": method})
+            self._observe(self.accepted_prefix, int(j), {"method": method})
             for verdict, count in (("accepted", int(j)), ("rejected", int(n) - int(j))):
-                if count > 0:
-                    self.reviewed_steps.inc(count, tags={"method": method, "verdict": verdict})
+                self._inc(self.reviewed_steps, count, {"method": method, "verdict": verdict})
         elif kind == "verifier_fallback":
             self.count_fallback("verifier")
 
@@ -165,16 +192,16 @@ class ProtocolMetrics:
         from ray.util import metrics
 
         names = set()
-        for m in vars(self).values():
+        for m in (m for m in vars(self).values() if isinstance(m, metrics.Metric)):
             suffixes = ("_bucket", "_sum", "_count") if isinstance(m, metrics.Histogram) else ("",)
             names.update(f"ray_{m._name}{suffix}" for suffix in suffixes)
         return names
 
     def observe_batch(self, size: int) -> None:
-        self.batch_size.observe(size)
+        self._observe(self.batch_size, size)
 
     def observe_wait(self, kind: str, wait_s: float) -> None:
-        self.engine_wait.observe(wait_s, tags={"kind": kind})
+        self._observe(self.engine_wait, wait_s, {"kind": kind})
 
     def count_fallback(self, kind: str) -> None:
-        self.fallbacks.inc(1, tags={"kind": kind})
+        self._inc(self.fallbacks, 1, {"kind": kind})

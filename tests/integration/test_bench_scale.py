@@ -53,3 +53,14 @@ def test_a_scale_run_accounts_for_every_step_and_every_shard(bench_run):
     assert r["errors"] == 0 and r["steps"] > 0 and len(r["shares"]) == 2 and r["client_cpu_ms_per_step"] > 0
     assert sum(r["shares"]) == pytest.approx(1.0) and min(r["shares"]) > 0
     assert 0 < r["session_steps_per_s"] <= r["bound_steps_per_s"]  # engine time is part of a session's wall
+
+
+def test_a_scale_run_says_where_the_coordinator_cpu_went(bench_run):
+    rc, out, runs = bench_run
+    assert "Coordinator CPU per step, by part" in out and "CPU ms: session loop" in out and "calls in: events" in out
+    parts = runs[0]["per_step"]
+    assert parts["cpu_s_by_part"]["session loop"] > 0  # (Serve's throughput mode routes calls out on that loop)
+    assert parts["calls_in"]["create"] > 0 and parts["calls_in"]["events"] > 0
+    assert parts["calls_out"]["propose_batch"] > 0 and parts["calls_out"]["verify_batch"] > 0
+    # the parts are the process's threads: together about the process's CPU (threads that ended are not in them)
+    assert 0.5 * runs[0]["cpu_ms_per_step"] <= sum(parts["cpu_s_by_part"].values()) <= 1.1 * runs[0]["cpu_ms_per_step"]

@@ -66,6 +66,7 @@ def test_protocol_metrics_reach_rays_prometheus_port(ray_cluster):
     metrics.observe_tenant(tenant_label("acme", named), "done", calls, 2.5)
     for stranger in ("key-0123abcd", "local"):  # any number of unnamed tenants: one series set
         metrics.observe_tenant(tenant_label(stranger, named), "failed", calls[2:], 0.0)
+    metrics.flush()  # the per-step updates wait in a buffer until the coordinator's once-a-second flush
     body = scrape(ray_cluster, "ray_specagent_fallbacks_total")
     assert value(body, "ray_specagent_fallbacks_total", kind="timeout") == 1.0
     assert value(body, "ray_specagent_accepted_prefix_count", method="specagent") == 2.0  # two reviewed blocks

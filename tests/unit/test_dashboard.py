@@ -42,3 +42,26 @@ def test_an_event_the_metrics_cannot_parse_never_raises_into_the_serving_path():
         metrics.observe_event("specagent", "accepted", detail)
     metrics.observe_event("specagent", "verifier_fallback", "engine down")
     metrics.observe_wait("write", 0.2)
+
+
+def test_per_step_updates_reach_ray_only_at_a_flush_one_call_per_series(monkeypatch):
+    metrics = ProtocolMetrics()
+    calls = []
+    monkeypatch.setattr(type(metrics.events), "inc", lambda self, n, tags=None: calls.append((self._name, n, tags)))
+    monkeypatch.setattr(type(metrics.engine_wait), "observe", lambda self, v, tags=None: calls.append((self._name, v, tags)))
+    for _ in range(50):
+        metrics.observe_event("specagent", "accepted", "2/3")
+    metrics.observe_wait("draft", 0.1)
+    metrics.observe_wait("draft", 0.3)
+    assert calls == []  # nothing on the step path reaches Ray
+    metrics.flush()
+    assert ("specagent_protocol_events_total", 50, {"method": "specagent", "kind": "accepted"}) in calls
+    assert ("specagent_reviewed_steps_total", 100, {"method": "specagent", "verdict": "accepted"}) in calls
+    assert ("specagent_reviewed_steps_total", 50, {"method": "specagent", "verdict": "rejected"}) in calls
+    assert [c for c in calls if c[0] == "specagent_accepted_prefix"] == [("specagent_accepted_prefix", 2, {"method": "specagent"})] * 50
+    assert calls[-2:] == [("specagent_engine_wait_seconds", 0.1, {"kind": "draft"}),
+                          ("specagent_engine_wait_seconds", 0.3, {"kind": "draft"})]
+    assert len([c for c in calls if c[0] == "specagent_protocol_events_total"]) == 1  # one call for 50 events
+    calls.clear()
+    metrics.flush()
+    assert calls == []  # a flush sends each update once

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import zlib
+from collections import Counter
 from typing import Any
 
 
@@ -20,16 +21,20 @@ def lane_of(session_id: str, lanes: int) -> int:
 
 
 class Served:
-    def __init__(self, handle: Any):
-        self._handle = handle
+    """A ``DeploymentHandle``; ``counts``, if given, counts the calls made through it by method."""
+
+    def __init__(self, handle: Any, counts: Counter[str] | None = None):
+        self._handle, self._counts = handle, counts
 
     def routed(self, session_id: str) -> Served:
-        return Served(self._handle.options(session_id=session_id))
+        return Served(self._handle.options(session_id=session_id), self._counts)
 
     def __getattr__(self, name: str):
-        method = getattr(self._handle, name)
+        method, counts = getattr(self._handle, name), self._counts
 
         async def call(*args: Any, **kwargs: Any) -> Any:
+            if counts is not None:
+                counts[name] += 1
             return await method.remote(*args, **kwargs)
         return call
 
