@@ -144,10 +144,12 @@ class CoordinatorDeployment:
     post_approval = _forward("post_approval")
     delete = _forward("delete")
     events = _forward("events")
+    events_many = _forward("events_many")
     trajectory = _forward("trajectory")
     cancel = _forward("cancel")
     create_conversation = _forward("create_conversation")
     conversation = _forward("conversation")
+    usage = _forward("usage")
 
     def stats(self) -> dict[str, Any]:
         import ray

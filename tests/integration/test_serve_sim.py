@@ -127,6 +127,8 @@ async def test_bad_input_gets_a_clear_4xx_and_the_server_keeps_serving(url):
 
 
 async def test_200_concurrent_sessions_complete_with_zero_errors(url, metrics_port):
+    async with GatewayClient(url, KEY) as client:
+        before = await client.stats()
     sids, streams, trajectories = await run_sessions(url, 200)
     check_nothing_lost(streams, trajectories)
     async with GatewayClient(url, KEY) as client:
@@ -135,6 +137,14 @@ async def test_200_concurrent_sessions_complete_with_zero_errors(url, metrics_po
     assert stats["coordinators"] == 2 and shares[0] == shares[1] == 100  # split over both shards
     assert max(int(k) for k in stats["batch_sizes"]["verify"]) > 1  # verifies from many sessions shared batches
     assert stats["overhead_s"]["n"] > 0
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:  # each shard reads its own log: summed
+        usage = (await http.get("/v1/usage", headers={"X-API-Key": KEY})).json()["tenants"]
+    assert sum(day["sessions_created"] for days in usage.values() for day in days.values()) >= 200
+    # the streams followed their sessions through one poll per shard, not one long-poll per session
+    calls_in = Counter()
+    for was, now in zip(before["shards"], stats["shards"]):
+        calls_in.update({m: n - was["process"]["calls_in"].get(m, 0) for m, n in now["process"]["calls_in"].items()})
+    assert calls_in["events_many"] > 0 and calls_in["events"] <= 2 * 200  # a stream's first answer, a resume
     # The coordinator replica exports each verifier batch (and nothing else) on Ray's metrics port.
     batches = sum(stats["batch_sizes"]["verify"].values())
     deadline = time.monotonic() + 60

@@ -14,7 +14,14 @@ import pytest
 from specagent_ray.bench.scale import per_step
 from specagent_ray.serve.core.handles import Served
 from specagent_ray.telemetry.threads import (
-    CALLS_IN, CALLS_OUT, IO_THREADS, LOOP, RAY_CORE, cpu_by_part, serve_replica_parts, thread_cpu_s,
+    CALLS_IN,
+    CALLS_OUT,
+    IO_THREADS,
+    LOOP,
+    RAY_CORE,
+    cpu_by_part,
+    serve_replica_parts,
+    thread_cpu_s,
 )
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread CPU comes from /proc")

@@ -143,6 +143,9 @@ class GatewayConfig(Strict):
     dev_api_key: str | None = None
     max_body_bytes: int = Field(65536, ge=1024)
     events_wait_s: float = Field(15.0, gt=0, description="SSE long-poll slice")
+    events_poll_s: float = Field(0.05, ge=0, le=5, description="the least time between two polls of a coordinator "
+                                 "shard for the events of every stream a gateway replica serves (one call for "
+                                 "all of them); a stream's event waits at most this long past its commit")
     coordinator_retry_s: float = Field(120.0, gt=0, description="how long a request waits for a coordinator: "
                                        "an idempotent one waits out a restart (only 'coordinator unavailable' "
                                        "errors are retried), and one that no replica takes gets 503 after it")

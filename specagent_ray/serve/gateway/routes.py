@@ -63,6 +63,7 @@ from ..responses.routes import error_response, mount_responses
 from ..responses.translate import Terms
 from ..sessions.shards import ShardRouter
 from ..sessions.turns import ApprovalPost
+from .event_hub import EventHub
 from .limits import BodyLimit, TokenBucket
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class Internal(Exception):
 # the call may be tried again. Ray's handles raise RayActorError (ActorDiedError, ActorUnavailableError).
 UNAVAILABLE = (RayActorError, DeploymentUnavailableError, ConnectionError)
 # Calls safe to repeat as they are:
-IDEMPOTENT = {"events", "trajectory", "stats", "usage", "cancel", "post_tool_result", "post_approval"}
+IDEMPOTENT = {"events", "events_many", "trajectory", "stats", "usage", "cancel", "post_tool_result", "post_approval"}
 IdempotencyKey = Header(None, alias="Idempotency-Key", min_length=1, max_length=200,
                         description="the same key (per API key) returns the first answer, never a second effect")
 # The API key's two headers, for the schema only (``key_of`` reads them): either one authenticates.
@@ -175,6 +176,8 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
                 await asyncio.sleep(min(delay, remaining))
                 delay = min(delay * 2, 5.0)
 
+    hub = EventHub(coordinator, cfg.events_poll_s, cfg.events_wait_s)  # the event streams' shared polls
+
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         retry = isinstance(exc, Overloaded | ServiceUnavailable)
@@ -246,17 +249,18 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
         first = await coordinator("events", sid, after, 0.0, owner=who)  # 404 before the stream starts
 
         async def stream():
-            nonlocal after
             out = first
-            while True:
-                for e in out["events"]:
-                    yield f"id: {e['seq']}\nevent: {e['t']}\ndata: {json.dumps(e, default=str)}\n\n"
-                after += len(out["events"])
-                if out["done"]:
-                    return
-                if not out["events"]:
-                    yield ": keep-alive\n\n"
-                out = await coordinator("events", sid, after, cfg.events_wait_s, owner=who)
+            for e in out["events"]:
+                yield sse(e)
+            if out["done"]:
+                return
+            with hub.follow(sid, after + len(out["events"]), who) as follower:  # one poll for every stream
+                while not out["done"]:
+                    if not out["events"]:
+                        yield ": keep-alive\n\n"
+                    out = await follower.next(cfg.events_wait_s)
+                    for e in out["events"]:
+                        yield sse(e)
 
         return EventStream(stream(), headers={"Cache-Control": "no-cache"})
 
@@ -289,6 +293,11 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
     if terms is not None:
         mount_responses(app, coordinator, Tenant, IdempotencyKey, cfg, terms)
     return app
+
+
+def sse(event: dict[str, Any]) -> str:
+    """One session event as a server-sent event: its seq is the id a client resumes after."""
+    return f"id: {event['seq']}\nevent: {event['t']}\ndata: {json.dumps(event, default=str)}\n\n"
 
 
 def methods_at(app: FastAPI, request: Request) -> list[str]:

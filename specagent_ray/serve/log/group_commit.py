@@ -36,6 +36,7 @@ class GroupCommit:
         self.log, self.ack_timeout_s, self.clock = session_log, ack_timeout_s, clock
         self._dirty: set[Journaled] = set()
         self._wake = asyncio.Event()
+        self.published = asyncio.Event()  # set, then replaced, after each flush's records are public
         self.flusher: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -90,3 +91,5 @@ class GroupCommit:
                 continue
             for s, records in batches:
                 s.publish(records)
+            self.published.set()  # wakes every reader of many sessions' events (sessions/event_polls.py)
+            self.published = asyncio.Event()

@@ -1,15 +1,14 @@
 """The coordinator: owns every session's state machine and schedules their blocks.
 
-Sessions are asyncio tasks running the protocol's own methods (Algorithm 1 and the baselines), wired to
-shared engine clients that batch verify requests across sessions (``engine_client.py``) and to the tool
-host. Admission control keeps the number of running sessions and queued engine requests bounded: past
-either limit a new session or message gets ``Overloaded`` (HTTP 429 with Retry-After).
+Sessions are asyncio tasks running the protocol's own methods (Algorithm 1 and the baselines), wired to shared engine
+clients that batch verify requests across sessions (``engine_client.py``) and to the tool host. Admission control
+keeps running sessions and queued engine requests bounded: past either limit, ``Overloaded`` (429 with Retry-After).
 
-Durability: every record goes to the session log (group commit) before clients see it; a staged write's
-intent is durable before the write runs; create, messages and tool results are answered once stored. A
-restarted coordinator takes the log's lease (a displaced one is fenced: it appends and executes nothing),
-replays the log and resumes each unfinished session (``resume.py``; the tool host's idempotency records
-keep a logged write at most once). A session whose records cannot be read is reported; the rest are served.
+Durability: every record goes to the session log (group commit) before clients see it; a staged write's intent is
+durable before the write runs; create, messages and tool results are answered once stored. A restarted coordinator
+takes the log's lease (a displaced one is fenced: it appends and executes nothing), replays the log and resumes each
+unfinished session (``resume.py``; the tool host's idempotency records keep a logged write at most once). A session
+whose records cannot be read is reported; the rest are served.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from ..toolhost.sources import ToolSources
 from ..toolhost.tool_host import ToolHostClient
 from .admission import LOCAL, Admission
 from .conversations import Conversations
+from .event_polls import events_many
 from .reports import Metrics, shard_stats, shard_usage, trajectory_report
 from .resume import resume
 from .runner import SessionRunner
@@ -73,6 +73,7 @@ class Coordinator:
         self.runner = SessionRunner(cfg, engines, tool_host, self.log, self.env, clock, lambda: len(self.admission))
         self.conversations = Conversations(shard, self.log.append, self.commits.stored, self._serving, wall)
         self.create_conversation, self.conversation = self.conversations.create, self.conversations.call  # its API
+        self.events_many = partial(events_many, self)  # the events of every stream a gateway follows, in one call
 
     # -- life -----------------------------------------------------------------------------------------
 
@@ -194,8 +195,7 @@ class Coordinator:
         ungraded = await self.sources.graded(s) if gradable else None
         return {**trajectory_report(s, self.cfg), **({"grade_error": ungraded} if ungraded else {})}
 
-    def stats(self) -> dict[str, Any]:
-        """Sessions by status, batch sizes, overheads, the log's health (``reports.shard_stats``)."""
+    def stats(self) -> dict[str, Any]:  # sessions by status, batch sizes, overheads, the log's health
         return shard_stats(self)
 
     async def usage(self, tenant: str | None = None, since: str | None = None) -> dict[str, Any]:

@@ -133,9 +133,17 @@ class Session:
                     await changed.wait()
             except TimeoutError:
                 break
+        return self.events_after(after)
+
+    def events_after(self, after: int) -> dict[str, Any]:
+        """The public events from ``after`` on, as they are now; ``done`` once they include ``final``."""
         events = self.events[after:]
         done = bool(self.events) and self.events[-1]["t"] == "final" and after + len(events) >= len(self.events)
         return {"events": events, "status": self.status, "done": done}
+
+    def has_news(self, after: int) -> bool:
+        """Whether a reader at ``after`` has something to read: an event, or the session's end."""
+        return self._answered(after, False)
 
     def _answered(self, after: int, whole_turn: bool) -> bool:
         if self.events and self.events[-1]["t"] == "final":

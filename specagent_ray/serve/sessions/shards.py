@@ -56,6 +56,8 @@ class ShardRouter:
             return combined(await asyncio.gather(*(self.call_shard(i, "stats") for i in range(self.n))))
         if method == "usage":  # each shard's log holds its own sessions: added up, nothing twice
             return merged_usage(await asyncio.gather(*(self.call_shard(i, "usage", *args) for i in range(self.n))))
+        if method == "events_many":  # (shard, wants, wait_s): the gateway's one poll of a shard
+            return await self.call_shard(args[0], method, *args[1:], **kwargs)
         if method in ("create", "create_conversation"):
             return await self.call_shard(self._create_shard(kwargs), method, *args, **kwargs)
         sid = args[0]
