@@ -70,11 +70,15 @@ class SimEngineDeployment:
         self.engine = SimEngine(role, SimEngines.model_validate(engines),  # type: ignore[arg-type]
                                 Hardware.model_validate(hardware or {}))
 
-    async def propose_batch(self, requests: list) -> list:
-        return await self.engine.propose_batch(requests)
+    async def propose_batch(self, requests: bytes) -> bytes:
+        from .engines.sim_engine import packed
 
-    async def verify_batch(self, requests: list) -> list:
-        return await self.engine.verify_batch(requests)
+        return packed(await self.engine.propose_batch(requests))
+
+    async def verify_batch(self, requests: bytes) -> bytes:
+        from .engines.sim_engine import packed
+
+        return packed(await self.engine.verify_batch(requests))
 
     def ping(self) -> int:
         return self.engine.ping()

@@ -9,6 +9,7 @@ coordinator keeps that affinity), like an engine's KV cache. A restarted replica
 from __future__ import annotations
 
 import asyncio
+import pickle
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,18 @@ from ..core.config import SimEngines
 
 Role = Literal["drafter", "verifier"]
 MAX_SESSIONS = 20_000  # per replica; the least recently used session's models are dropped first
+
+
+def packed(items: Sequence[Any]) -> bytes:
+    """A batch as it crosses Ray between the coordinator and a simulated engine: pickled by the C pickler
+    here, so that Ray carries bytes. Ray's own (cloudpickle) calls Python code for every object, and a
+    batch holds every session's whole history: the coordinator spent about 0.3 ms per committed step on
+    it. Both ends are this application's own deployments, as with any Ray call."""
+    return pickle.dumps(list(items), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpacked(items: Sequence[Any] | bytes) -> list[Any]:
+    return pickle.loads(items) if isinstance(items, bytes) else list(items)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +115,16 @@ class SimEngine:
         self.served += len(requests)
         return out
 
-    async def propose_batch(self, requests: Sequence[SimRequest]) -> list[Proposal | BaseException]:
+    async def propose_batch(self, requests: Sequence[SimRequest] | bytes) -> list[Proposal | BaseException]:
+        requests = unpacked(requests)
+
         def answer(r: SimRequest):
             weak, strong = self._models(r)[:2]
             return (weak if self.role == "drafter" else strong).propose(self._history(r), r.draft, r.feedback)
         return await self._served("draft" if self.role == "drafter" else "step", requests, answer)
 
-    async def verify_batch(self, requests: Sequence[SimRequest]) -> list[Review | BaseException]:
+    async def verify_batch(self, requests: Sequence[SimRequest] | bytes) -> list[Review | BaseException]:
+        requests = unpacked(requests)
         if self.role != "verifier":
             raise ValueError("verify_batch is served by verifier replicas only")
 

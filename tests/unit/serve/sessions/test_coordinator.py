@@ -17,7 +17,7 @@ from specagent_ray.serve.core.errors import BadRequest, Conflict, NotFound, Over
 from specagent_ray.serve.core.handles import Local
 from specagent_ray.serve.core.tuning import SpeculationConfig
 from specagent_ray.serve.engines.engine_client import SimEngineClient
-from specagent_ray.serve.engines.sim_engine import SimEngine
+from specagent_ray.serve.engines.sim_engine import SimEngine, unpacked
 from specagent_ray.serve.log.records import parse
 from specagent_ray.serve.sessions.coordinator import Coordinator
 from specagent_ray.serve.toolhost.tool_host import ShardedToolHost, ToolHost
@@ -627,12 +627,12 @@ async def test_a_served_exact_ablation_asks_the_same_judge_for_exact_steps_only(
     criteria, strong_steps = Counter(), Counter()
     verify, propose = cluster.verifier.verify_batch, cluster.verifier.propose_batch
 
-    async def verify_spy(requests):
-        criteria.update((r.session_id, r.criterion) for r in requests)
+    async def verify_spy(requests):  # the batch arrives as it crosses Ray: pickled (sim_engine.packed)
+        criteria.update((r.session_id, r.criterion) for r in unpacked(requests))
         return await verify(requests)
 
     async def propose_spy(requests):
-        strong_steps.update(r.session_id for r in requests)
+        strong_steps.update(r.session_id for r in unpacked(requests))
         return await propose(requests)
 
     cluster.verifier.verify_batch, cluster.verifier.propose_batch = verify_spy, propose_spy
@@ -877,3 +877,25 @@ async def test_usage_by_tenant_is_the_sum_of_its_sessions_reports_and_survives_a
     assert set(await coord.usage("globex")) == {"globex"} and await coord.usage(since="2999-01-01") == {}
     restarted = await cluster.crash_and_restart()
     assert same(totals(await restarted.usage()), expected)
+
+
+async def test_engine_batches_cross_as_bytes_and_each_request_arrives_whole(tmp_path):
+    """The coordinator pickles a batch itself (Ray then carries bytes); the replica reads back every
+    request with its whole history."""
+    cluster = Cluster(tmp_path, config())
+    seen: list = []
+    real = cluster.drafter.propose_batch
+
+    async def spy(requests):
+        assert isinstance(requests, bytes)
+        seen.extend(unpacked(requests))
+        return await real(requests)
+
+    cluster.drafter.propose_batch = spy
+    coord = cluster.coordinator
+    await coord.start()
+    sid = (await coord.create(sim("3")))["session_id"]
+    await finish(coord, [sid])
+    committed = coord.sessions[sid].steps
+    assert seen and max(len(r.steps) for r in seen) > 0
+    assert all(tuple(r.steps) == tuple(committed[:len(r.steps)]) for r in seen)  # each a prefix of H, whole
