@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,7 @@ class Attributed:
 
     gpu_seconds: float = 0.0
     dram_bytes: float | None = 0.0
-    tokens: int = 0
+    tokens: float = 0
     windows: int = 0
 
     def __add__(self, other: Attributed) -> Attributed:
@@ -66,7 +67,7 @@ class Attribution:
     the window's remainder, so per-window sums are exact to one rounding).
     """
 
-    requests: Mapping[str, Attributed] = field(default_factory=dict)
+    requests: Mapping[Any, Attributed] = field(default_factory=dict)
     unattributed: Attributed = Attributed()
     totals: Attributed = Attributed()
 
@@ -80,7 +81,7 @@ class Attribution:
         return Attribution(merged, self.unattributed + other.unattributed, self.totals + other.totals)
 
 
-def _split(window: Window, tokens: Mapping[str, int]) -> dict[str, Attributed]:
+def _split(window: Window, tokens: Mapping[Any, float]) -> dict[Any, Attributed]:
     active = [(rid, n) for rid, n in sorted(tokens.items()) if n > 0]
     total = sum(n for _, n in active)
     out: dict[str, Attributed] = {}
@@ -96,7 +97,7 @@ def _split(window: Window, tokens: Mapping[str, int]) -> dict[str, Attributed]:
     return out
 
 
-def attribute(windows: Sequence[Window], tokens: Sequence[Mapping[str, int]]) -> Attribution:
+def attribute(windows: Sequence[Window], tokens: Sequence[Mapping[Any, float]]) -> Attribution:
     """Split each window's totals across requests by token share.
 
     ``tokens[i]`` maps request id -> tokens that request processed in ``windows[i]`` (must be >= 0).
@@ -104,7 +105,7 @@ def attribute(windows: Sequence[Window], tokens: Sequence[Mapping[str, int]]) ->
     """
     if len(windows) != len(tokens):
         raise ValueError(f"{len(windows)} windows but {len(tokens)} token maps")
-    requests: dict[str, Attributed] = {}
+    requests: dict[Any, Attributed] = {}
     unattributed = totals = Attributed()
     for window, counts in zip(windows, tokens):
         if any(n < 0 for n in counts.values()):
@@ -131,4 +132,41 @@ def bucket_tokens(windows: Sequence[Window], events: Iterable[tuple[float, str, 
         i = bisect.bisect_right(starts, t) - 1
         if i >= 0 and t < windows[i].end:
             buckets[i][rid] += n
+    return [dict(b) for b in buckets]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One engine call as the meter sees it: who it is charged to (``key``), when it ran ([start, end], wall
+    clock seconds) and its tokens processed (prompt tokens not served from cache, plus decoded ones)."""
+
+    key: Hashable
+    start: float
+    end: float
+    tokens: int
+
+
+def spread(windows: Sequence[Window], spans: Iterable[Span]) -> list[dict[Hashable, float]]:
+    """Token maps for :func:`attribute` from calls that may cross windows: a call's tokens are spread evenly
+    over its time, so a window gets ``tokens * overlap / duration`` of it (a call with no duration counts
+    wholly in the window it falls in). ``windows`` must be sorted and non-overlapping; time outside every
+    window is not measured, so tokens there count nowhere."""
+    starts = [w.start for w in windows]
+    buckets: list[defaultdict[Hashable, float]] = [defaultdict(float) for _ in windows]
+    for s in spans:
+        if s.tokens <= 0:
+            continue
+        i = max(bisect.bisect_right(starts, s.start) - 1, 0)
+        duration = s.end - s.start
+        while i < len(windows) and windows[i].start <= s.end:
+            w = windows[i]
+            if duration <= 0:
+                if w.start <= s.start < w.end:
+                    buckets[i][s.key] += s.tokens
+                    break
+            else:
+                overlap = min(w.end, s.end) - max(w.start, s.start)
+                if overlap > 0:
+                    buckets[i][s.key] += s.tokens * overlap / duration
+            i += 1
     return [dict(b) for b in buckets]

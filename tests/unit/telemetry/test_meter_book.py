@@ -1,0 +1,136 @@
+"""The meter's book: the split rule, conservation, idle time, two tenants, a failing node, a restart."""
+
+from __future__ import annotations
+
+import pytest
+
+from specagent_ray.telemetry.attribution import Span, Window, spread
+from specagent_ray.telemetry.meter_book import MeterBook, day_of, span_of
+
+DAY = day_of(100.0)
+
+
+def windows(start: float, n: int, gpu: float = 0.05, dram: float | None = 1e9, dt: float = 0.1) -> list[Window]:
+    return [Window(start + i * dt, start + (i + 1) * dt, gpu, dram) for i in range(n)]
+
+
+def book_with(nodes: dict[str, list[str]]) -> MeterBook:
+    book = MeterBook(seal_after_s=5.0)
+    for role, names in nodes.items():
+        for node in names:
+            book.node_state(role, node, None)
+    return book
+
+
+def test_spread_counts_a_call_by_its_overlap_with_each_window() -> None:
+    ws = windows(0.0, 3)  # [0, .1), [.1, .2), [.2, .3)
+    maps = spread(ws, [Span("a", 0.05, 0.25, 100), Span("b", 0.15, 0.15, 7), Span("c", 0.5, 0.6, 9)])
+    assert maps[0] == pytest.approx({"a": 25.0})
+    assert maps[1] == pytest.approx({"a": 50.0, "b": 7})
+    assert maps[2] == pytest.approx({"a": 25.0})  # "c" ran while nothing was measured: counted nowhere
+
+
+def test_a_window_is_split_by_tokens_processed() -> None:
+    book = book_with({"strong": ["n1"]})
+    book.add_windows("strong", "n1", [Window(100.0, 101.0, 0.8, 4e9)])
+    book.add_spans("strong", [span_of("t1", "s1", 100.0, 101.0, 300), span_of("t2", "s2", 100.0, 101.0, 100)])
+    usage = book.tenant_usage()
+    assert usage["t1"][DAY]["strong"]["gpu_seconds"] == pytest.approx(0.6)
+    assert usage["t2"][DAY]["strong"]["gpu_seconds"] == pytest.approx(0.2)
+    assert usage["t1"][DAY]["strong"]["dram_bytes"] == pytest.approx(3e9)
+
+
+def test_a_call_alone_on_the_device_gets_its_whole_window() -> None:
+    book = book_with({"weak": ["n1"]})
+    book.add_windows("weak", "n1", [Window(100.0, 100.1, 0.07, 5e8)])
+    book.add_spans("weak", [span_of("t1", "s1", 100.02, 100.05, 12)])
+    assert book.session("s1")["weak"].gpu_seconds == pytest.approx(0.07)
+    assert book.session("s1")["weak"].dram_bytes == pytest.approx(5e8)
+
+
+def test_idle_windows_are_reported_and_never_charged() -> None:
+    book = book_with({"strong": ["n1"]})
+    book.add_windows("strong", "n1", windows(100.0, 10, gpu=0.05))  # 1 s, 0.5 GPU-s busy
+    book.add_spans("strong", [span_of("t1", "s1", 100.0, 100.3, 30)])  # active in the first 3 windows only
+    totals = book.totals()["roles"]["strong"]
+    assert totals["charged"]["gpu_seconds"] == pytest.approx(0.15)
+    assert totals["unattributed"]["gpu_seconds"] == pytest.approx(0.35)
+    assert book.tenant_usage()["t1"][DAY]["strong"]["gpu_seconds"] == pytest.approx(0.15)
+
+
+@pytest.mark.parametrize("seal_at", [None, 107.0, 120.0])
+def test_conservation_over_a_run_sealed_or_live(seal_at: float | None) -> None:
+    book = book_with({"strong": ["n1", "n2"], "weak": ["n3"]})
+    for node in ("n1", "n2"):
+        book.add_windows("strong", node, windows(100.0, 100, gpu=0.07, dram=2e9))
+    book.add_windows("weak", "n3", windows(100.0, 100, gpu=0.03, dram=1e9))
+    spans = [span_of(f"t{i % 3}", f"s{i}", 100.0 + i * 0.37, 100.0 + i * 0.37 + 0.9, 50 + i) for i in range(24)]
+    book.add_spans("strong", spans)
+    book.add_spans("weak", spans[::2])
+    if seal_at is not None:
+        book.seal(seal_at)
+    for role, per_node in (("strong", 0.07 * 100 * 2), ("weak", 0.03 * 100)):
+        t = book.totals()["roles"][role]
+        assert t["measured"]["gpu_seconds"] == pytest.approx(per_node)
+        assert t["charged"]["gpu_seconds"] + t["unattributed"]["gpu_seconds"] == pytest.approx(per_node, rel=1e-9)
+        tenants = sum(days[DAY][role]["gpu_seconds"] for days in book.tenant_usage().values() if role in days[DAY])
+        assert tenants == pytest.approx(t["charged"]["gpu_seconds"], rel=1e-9)
+        sessions = sum(book.session(f"s{i}").get(role).gpu_seconds for i in range(24)
+                       if role in book.session(f"s{i}"))
+        assert sessions == pytest.approx(t["charged"]["gpu_seconds"], rel=1e-9)
+
+
+def test_a_sealed_window_is_never_charged_again() -> None:
+    book = book_with({"strong": ["n1"]})
+    book.add_windows("strong", "n1", windows(100.0, 10))
+    book.add_spans("strong", [span_of("t1", "s1", 100.0, 101.0, 10)])
+    first = book.seal(110.0)
+    again = book.seal(111.0)
+    assert first[("t1", "strong")].gpu_seconds == pytest.approx(0.5)
+    assert again == {}
+    assert book.tenant_usage()["t1"][DAY]["strong"]["gpu_seconds"] == pytest.approx(0.5)
+
+
+def test_a_role_with_a_failing_node_is_not_reported_measured_and_the_others_are() -> None:
+    book = book_with({"strong": ["n1", "n2"], "weak": ["n3"]})
+    book.node_state("strong", "n2", "NVMLError_DriverNotLoaded")
+    for role, node in (("strong", "n1"), ("weak", "n3")):
+        book.add_windows(role, node, windows(100.0, 5))
+        book.add_spans(role, [span_of("t1", "s1", 100.0, 100.5, 5)])
+    assert "DriverNotLoaded" in book.state("strong")
+    assert book.state("weak") is None
+    assert set(book.tenant_usage()["t1"][DAY]) == {"weak"}
+    assert set(book.session("s1")) == {"weak"}
+
+
+def test_a_role_without_a_meter_is_not_measured() -> None:
+    book = MeterBook()
+    book.add_spans("strong", [span_of("t1", "s1", 100.0, 100.5, 5)])
+    assert book.state("strong") is not None
+    assert book.tenant_usage() == {} and book.session("s1") == {}
+
+
+def test_a_meter_that_restarts_leaves_a_gap_and_conservation_holds() -> None:
+    book = book_with({"strong": ["n1"]})
+    book.add_windows("strong", "n1", windows(100.0, 5))  # [100, 100.5)
+    book.add_windows("strong", "n1", windows(101.0, 5))  # the restarted meter's, from 101
+    book.add_spans("strong", [span_of("t1", "s1", 100.0, 101.5, 150)])
+    t = book.totals()["roles"]["strong"]
+    assert t["measured"]["gpu_seconds"] == pytest.approx(0.5)  # the gap was not measured and is not invented
+    assert t["charged"]["gpu_seconds"] == pytest.approx(0.5)
+
+
+def test_a_window_without_dram_makes_the_share_dram_unknown_not_zero() -> None:
+    book = book_with({"strong": ["n1"]})
+    book.add_windows("strong", "n1", [Window(100.0, 100.1, 0.05, None), Window(100.1, 100.2, 0.05, 1e9)])
+    book.add_spans("strong", [span_of("t1", "s1", 100.0, 100.2, 10)])
+    assert book.tenant_usage()["t1"][DAY]["strong"] == {"gpu_seconds": pytest.approx(0.1), "dram_bytes": None}
+
+
+def test_a_late_call_is_counted_as_late() -> None:
+    book = book_with({"strong": ["n1"]})
+    book.add_windows("strong", "n1", windows(100.0, 10))
+    book.seal(200.0)
+    book.add_spans("strong", [span_of("t1", "s1", 100.0, 101.0, 10)])
+    assert book.late_spans == 1
+    assert book.totals()["roles"]["strong"]["unattributed"]["gpu_seconds"] == pytest.approx(0.5)
