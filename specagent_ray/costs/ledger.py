@@ -3,7 +3,7 @@ model, wall time from the injected clock)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..protocol.interfaces import CallRecord
@@ -31,9 +31,13 @@ class Ledger:
     """Append-only record of model calls. Implements the protocol's ``Ledger`` interface."""
 
     calls: list[CallRecord] = field(default_factory=list)
+    on_record: Callable[[CallRecord], None] | None = field(default=None, repr=False, compare=False)
 
     def record(self, call: CallRecord) -> None:
+        """Append a call as it ends; ``on_record`` (the GPU meter's span sink) sees it then."""
         self.calls.append(call)
+        if self.on_record is not None:
+            self.on_record(call)
 
     def totals(self, role: Author) -> RoleTotals:
         mine = [c for c in self.calls if c.role == role]

@@ -79,6 +79,10 @@ class GatewayClient:
     async def stats(self) -> dict[str, Any]:
         return await self._call("GET", "/v1/stats")
 
+    async def usage(self, **query: str) -> dict[str, Any]:
+        """``GET /v1/usage`` (operator keys): ``tenant=``, ``since=YYYY-MM-DD``."""
+        return await self._call("GET", "/v1/usage", params=query)
+
     async def events(self, sid: str, after: int = 0) -> AsyncIterator[dict[str, Any]]:
         """Every event from ``after`` on, until the session's ``final`` event. A dropped stream is
         resumed from the last event seen (a bounded number of times)."""

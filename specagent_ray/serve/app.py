@@ -61,14 +61,74 @@ class ToolHostDeployment:
         return self.host.stats()
 
 
+@serve.deployment(name="GpuMeter", num_replicas=1, max_ongoing_requests=BUSY, logging_config=QUIET)
+class GpuMeterDeployment:
+    """The GPU meter fleet (``telemetry/fleet.py``): node meters where the engines run, and the book."""
+
+    async def __init__(self, cfg: dict[str, Any]):
+        from functools import partial
+
+        from ..telemetry.fleet import MeterFleet
+        from ..telemetry.metrics import MeterMetrics
+
+        config = AppConfig.model_validate(cfg)
+        m = config.meter
+        assert m is not None
+        metrics = MeterMetrics(frozenset(config.tenants))
+        self.fleet = MeterFleet(partial(_node_meter, m.model_dump()), m.seal_after_s, m.placement_ttl_s,
+                                on_charged=metrics.charged)
+        self._poller = asyncio.get_running_loop().create_task(_every(m.poll_s, self.fleet.poll))
+
+    def placement(self, role: str, node: str, devices: list[int]) -> None:
+        self.fleet.placement(role, node, devices)
+
+    def spans(self, role: str, rows: list[tuple]) -> None:
+        self.fleet.spans(role, rows)
+
+    def usage(self, tenant: str | None = None, since: str | None = None) -> dict[str, Any]:
+        return self.fleet.book.tenant_usage(tenant, since)
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        return self.fleet.book.session(session_id)
+
+    async def stats(self) -> dict[str, Any]:
+        """The book's totals just after a fresh drain, then each node meter's own device totals: the two
+        differ only by what the meters sampled in between (a window or so)."""
+        await self.fleet.poll()
+        return {**self.fleet.stats(), "devices": await self.fleet.devices()}
+
+
+def _node_meter(m: dict[str, Any], node: str) -> Any:
+    """A ``NodeMeter`` actor pinned to ``node`` (it dies with the meter replica that owns it)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from ..telemetry.node_meter import NodeMeter
+
+    return ray.remote(NodeMeter).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+        node, soft=False)).remote(m["nvml"], m["nvml_args"], m["period_s"])
+
+
+async def _every(period_s: float, step: Any) -> None:
+    while True:
+        await asyncio.sleep(period_s)
+        try:
+            await step()
+        except Exception:  # noqa: BLE001 - one failed poll is retried at the next
+            logging.getLogger(__name__).warning("GPU meter poll failed", exc_info=True)
+
+
 @serve.deployment(name="SimEngine", max_ongoing_requests=1000, logging_config=QUIET)
 class SimEngineDeployment:
-    def __init__(self, role: str, engines: dict[str, Any], hardware: dict[str, Any] | None = None):
+    async def __init__(self, role: str, engines: dict[str, Any], hardware: dict[str, Any] | None = None,
+                       meter: DeploymentHandle | None = None, meter_cfg: dict[str, Any] | None = None):
         from ..costs.hardware import Hardware
         from .engines.sim_engine import SimEngine
 
         self.engine = SimEngine(role, SimEngines.model_validate(engines),  # type: ignore[arg-type]
                                 Hardware.model_validate(hardware or {}))
+        if meter is not None and meter_cfg is not None:  # tell the GPU meter where this replica runs
+            self._placement = asyncio.get_running_loop().create_task(_placement(role, meter, meter_cfg))
 
     async def propose_batch(self, requests: bytes) -> bytes:
         from .engines.sim_engine import packed
@@ -87,6 +147,17 @@ class SimEngineDeployment:
         return self.engine.meters()
 
 
+async def _placement(role: str, meter: DeploymentHandle, m: dict[str, Any]) -> None:
+    """Renew this engine replica's placement with the GPU meter every third of its time to live: its node and
+    the GPUs Ray gave it (a simulated engine: the devices ``meter.sim_devices`` says its role stands for)."""
+    import ray
+
+    ledger_role = "weak" if role == "drafter" else "strong"
+    node = ray.get_runtime_context().get_node_id()
+    devices = m["sim_devices"].get(ledger_role) or [int(g) for g in ray.get_gpu_ids()]
+    await _every(m["placement_ttl_s"] / 3, lambda: meter.placement.remote(ledger_role, node, devices))
+
+
 def _forward(name: str):
     """A coordinator method as the deployment's, counted in ``calls_in`` (``bench scale`` reports calls per step)."""
     async def call(self: Any, *args: Any, **kw: Any) -> Any:
@@ -100,7 +171,7 @@ def _forward(name: str):
 class CoordinatorDeployment:
     async def __init__(self, cfg: dict[str, Any], tool_hosts: list[DeploymentHandle],
                      drafter: DeploymentHandle | None = None, verifier: DeploymentHandle | None = None,
-                     shard: int = 0):
+                     shard: int = 0, meter: DeploymentHandle | None = None):
         from ..storage import open_store
         from .core.handles import Served
         from .sessions.coordinator import Coordinator
@@ -115,7 +186,8 @@ class CoordinatorDeployment:
         self.calls_out: Counter[str] = Counter()  # to the tool hosts and the simulated engines
         tools = ShardedToolHost([Served(h, self.calls_out) for h in tool_hosts])
         self.coordinator = Coordinator(config, _engines(config, drafter, verifier, self.calls_out), tools,
-                                       open_store(shard_log(config.session_log, shard)), shard=shard)
+                                       open_store(shard_log(config.session_log, shard)), shard=shard,
+                                       meter=Served(meter, self.calls_out) if meter is not None else None)
         self._metrics()
         await self.coordinator.start()
 
@@ -206,9 +278,9 @@ def _gateway_class(cfg: dict[str, Any]):
     @serve.deployment(name="Gateway", max_ongoing_requests=BUSY)
     @serve.ingress(api)
     class Gateway:
-        def __init__(self, coordinators: list[DeploymentHandle]):
+        def __init__(self, coordinators: list[DeploymentHandle], meter: DeploymentHandle | None = None):
             owners, operators = gateway_keys(config, dict(os.environ))
-            serve_with(coordinators, owners, operators, config.gateway.coordinator_retry_s)
+            serve_with(coordinators, owners, operators, config.gateway.coordinator_retry_s, meter)
 
     return Gateway
 
@@ -222,13 +294,14 @@ def build_app(args: dict[str, Any]) -> serve.Application:
     tool_hosts = [ToolHostDeployment.options(name="ToolHost" + (f"-{i}" if i else ""), num_replicas=1).bind(cfg)
                   for i in range(config.tool_hosts)]
     drafter = verifier = None
+    meter = GpuMeterDeployment.bind(cfg) if config.meter is not None else None
     if isinstance(config.engines, SimEngines):
         engines, hardware = config.engines.model_dump(mode="json"), config.hardware.model_dump(mode="json")
         drafter = SimEngineDeployment.options(name="SimDrafter", num_replicas=config.engines.drafter_replicas) \
-            .bind("drafter", engines, hardware)
+            .bind("drafter", engines, hardware, meter, cfg["meter"])
         verifier = SimEngineDeployment.options(name="SimVerifier", num_replicas=config.engines.verifier_replicas) \
-            .bind("verifier", engines, hardware)
+            .bind("verifier", engines, hardware, meter, cfg["meter"])
     # Coordinator shards: one single-replica deployment each, named like the tool host shards.
     coordinators = [CoordinatorDeployment.options(name="Coordinator" + (f"-{i}" if i else ""))
-                    .bind(cfg, tool_hosts, drafter, verifier, shard=i) for i in range(config.coordinators)]
-    return _gateway_class(cfg).bind(coordinators)
+                    .bind(cfg, tool_hosts, drafter, verifier, shard=i, meter=meter) for i in range(config.coordinators)]
+    return _gateway_class(cfg).bind(coordinators, meter)

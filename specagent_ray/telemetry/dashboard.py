@@ -70,6 +70,15 @@ PANELS: tuple[Panel, ...] = (
           "ESTIMATED by the cost model on the profile's hardware, by tenant.", "short",
           ((_rate("ray_specagent_tenant_strong_calls_total", "tenant", TENANT), "{{tenant}} strong calls"),
            (_rate("ray_specagent_tenant_gpu_seconds_total", "tenant", TENANT), "{{tenant}} GPU-s (estimated)"))),
+    Panel("Measured GPU-seconds and DRAM by tenant", "GPU-seconds and DRAM bytes per second MEASURED by the GPU "
+          "meter (NVML on the engines' nodes), charged by token share, by tenant and role; and the busy time no "
+          "request was active in, never charged. Empty where no meter runs (the estimate is in the panel "
+          "beside). Trails the engines by meter.seal_after_s.", "short",
+          ((_rate("ray_specagent_tenant_gpu_seconds_measured_total", "tenant, role", TENANT),
+            "{{tenant}} {{role}} GPU-s (measured)"),
+           (_rate("ray_specagent_tenant_dram_bytes_measured_total", "tenant, role", TENANT),
+            "{{tenant}} {{role}} DRAM B (measured)"),
+           (_rate("ray_specagent_gpu_seconds_unattributed_measured_total", "role"), "{{role}} unattributed GPU-s"))),
 )
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}

@@ -188,14 +188,7 @@ class ProtocolMetrics:
             self.tenant_gpu_seconds.inc(gpu_seconds, tags={"tenant": tenant})
 
     def exported(self) -> set[str]:
-        """The names these metrics have on Prometheus: Ray's ``ray_`` prefix, a histogram's three series."""
-        from ray.util import metrics
-
-        names = set()
-        for m in (m for m in vars(self).values() if isinstance(m, metrics.Metric)):
-            suffixes = ("_bucket", "_sum", "_count") if isinstance(m, metrics.Histogram) else ("",)
-            names.update(f"ray_{m._name}{suffix}" for suffix in suffixes)
-        return names
+        return exported(self)
 
     def observe_batch(self, size: int) -> None:
         self._observe(self.batch_size, size)
@@ -205,3 +198,53 @@ class ProtocolMetrics:
 
     def count_fallback(self, kind: str) -> None:
         self._inc(self.fallbacks, 1, {"kind": kind})
+
+
+def exported(owner: object) -> set[str]:
+    """The names an object's metrics have on Prometheus: Ray's ``ray_`` prefix, a histogram's three series."""
+    from ray.util import metrics
+
+    names = set()
+    for m in (m for m in vars(owner).values() if isinstance(m, metrics.Metric)):
+        suffixes = ("_bucket", "_sum", "_count") if isinstance(m, metrics.Histogram) else ("",)
+        names.update(f"ray_{m._name}{suffix}" for suffix in suffixes)
+    return names
+
+
+class MeterMetrics:
+    """The GPU meter's MEASURED figures on Ray's metrics port, counted as the meter seals its windows (so
+    they trail the engines by ``meter.seal_after_s``): GPU-seconds and DRAM bytes by tenant and role, and
+    the busy time no request was active in (never charged) by role. Series carry ``_measured`` in their
+    names: no panel adds them to the ESTIMATED ones unlabelled."""
+
+    def __init__(self, named: frozenset[str] = frozenset()) -> None:
+        from ray.util import metrics
+
+        self.named = named
+        self.gpu_seconds = metrics.Counter(
+            "specagent_tenant_gpu_seconds_measured_total", description="A tenant's GPU-seconds MEASURED by the "
+            "GPU meter (NVML) and charged by token share, by role.", tag_keys=("tenant", "role"))
+        self.dram_bytes = metrics.Counter(
+            "specagent_tenant_dram_bytes_measured_total", description="A tenant's DRAM bytes MEASURED by the GPU "
+            "meter (NVML GPM) and charged by token share, by role.", tag_keys=("tenant", "role"))
+        self.unattributed = metrics.Counter(
+            "specagent_gpu_seconds_unattributed_measured_total", description="MEASURED busy GPU-seconds in which "
+            "no request of the role was active: reported, never charged to a tenant.", tag_keys=("role",))
+        self._unattributed: dict[str, float] = {}
+
+    def exported(self) -> set[str]:
+        return exported(self)
+
+    def charged(self, charged: Any, unattributed: Any) -> None:
+        """What the meter sealed: ``{(tenant, role): Attributed}``, and its running unattributed totals."""
+        for (tenant, role), a in charged.items():
+            tags = {"tenant": tenant_label(tenant, self.named), "role": role}
+            if a.gpu_seconds > 0:
+                self.gpu_seconds.inc(a.gpu_seconds, tags=tags)
+            if a.dram_bytes:
+                self.dram_bytes.inc(a.dram_bytes, tags=tags)
+        for role, a in unattributed.items():
+            delta = a.gpu_seconds - self._unattributed.get(role, 0.0)
+            if delta > 0:
+                self.unattributed.inc(delta, tags={"role": role})
+                self._unattributed[role] = a.gpu_seconds

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 
 from specagent_ray.telemetry.dashboard import PANELS, Panel, concrete, metrics_named, render, unknown_metrics
-from specagent_ray.telemetry.metrics import ProtocolMetrics
+from specagent_ray.telemetry.metrics import MeterMetrics, ProtocolMetrics
 from specagent_ray.testing.k8s import K8S
 
 
 def test_every_panel_names_only_metrics_the_app_exports():
-    exported = ProtocolMetrics().exported()
+    exported = ProtocolMetrics().exported() | MeterMetrics().exported()
+    assert "ray_specagent_tenant_gpu_seconds_measured_total" in exported
     assert "ray_specagent_accepted_prefix_bucket" in exported and "ray_specagent_fallbacks_total" in exported
     assert unknown_metrics(exported) == {}
     typo = Panel("typo", "", "short", (("sum(rate(ray_specagent_reviewd_steps_total[5m]))", ""),))

@@ -7,7 +7,7 @@ the field, not a silently ignored setting.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -247,6 +247,25 @@ class SessionDefaults(Strict):
         return self
 
 
+class MeterConfig(Strict):
+    """The GPU meter (telemetry/fleet.py): NVML samplers on the engines' nodes, and each engine call charged
+    its share of the devices' MEASURED GPU-seconds and DRAM bytes. Off: every figure stays ESTIMATED."""
+
+    period_s: float = Field(0.1, gt=0, le=10, description="NVML sampling period on every metered node")
+    nvml: str = Field("pynvml", description="'pynvml' (the driver's NVML), or 'module:factory' for a scripted "
+                      "NVML where no GPU is (specagent_ray.testing.fake_nvml:ScriptedNvml)")
+    nvml_args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of a scripted NVML")
+    sim_devices: dict[Literal["weak", "strong"], list[int]] = Field(
+        default_factory=dict, description="simulated engines hold no GPU: the NVML device indices each role's "
+        "replicas stand for. Real engine replicas report the GPUs Ray gave them.")
+    poll_s: float = Field(1.0, gt=0, le=60, description="how often the fleet drains the node meters and seals")
+    seal_after_s: float = Field(30.0, gt=0, le=3600, description="how long a window waits for the calls that ran in "
+                                "it (the longest engine call); then it is charged for good")
+    push_s: float = Field(0.5, gt=0, le=60, description="how often each coordinator shard sends its calls' spans")
+    placement_ttl_s: float = Field(10.0, gt=0, le=600, description="an engine replica's placement not renewed for "
+                                   "this long is forgotten (engines renew it every third of it)")
+
+
 PRODUCTION_METHODS = ("specagent", "strong")  # every write is checked (or written) by the strong model
 
 
@@ -273,6 +292,8 @@ class AppConfig(Strict):
     speculation: SpeculationConfig = Field(SpeculationConfig(), description="how each block's K is chosen: "
                                            "fixed (the session's K), adaptive (from acceptance and engine load) "
                                            "or a table (serve/sessions/speculation.py)")
+    meter: MeterConfig | None = Field(None, description="measure GPU-seconds and DRAM bytes per request with NVML "
+                                      "on the engines' nodes (docs/serving.md); none: ESTIMATED only")
 
     @model_validator(mode="after")
     def _methods_known(self) -> AppConfig:

@@ -285,10 +285,12 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
     async def usage(tenant: str | None = Query(None, max_length=64, description="one tenant (a name, or key-<hash>)"),
                     since: str | None = Query(None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="first day, YYYY-MM-DD (UTC)")
                     ) -> dict[str, Any]:
-        """Usage by tenant and day, from the session log: tokens by role, strong calls, ESTIMATED GPU-seconds
-        and strong HBM, sessions created and ended by status (``serve/sessions/usage.py``)."""
-        return {"tenants": await coordinator("usage", tenant, since), "label": "estimated GPU-s and HBM; tokens "
-                "as the engines reported them (simulated engines: the token model's)"}
+        """Usage by tenant and day, from the session log: tokens by role, strong calls, GPU-seconds and strong
+        HBM (MEASURED by the GPU meter where it ran, else ESTIMATED: each figure says which), sessions created
+        and ended by status (``serve/sessions/usage.py``)."""
+        return {"tenants": await coordinator("usage", tenant, since), "label": "GPU-s and HBM measured or "
+                "estimated, as each figure's source says; tokens as the engines reported them (simulated "
+                "engines: the token model's)"}
 
     if terms is not None:
         mount_responses(app, coordinator, Tenant, IdempotencyKey, cfg, terms)
@@ -345,7 +347,7 @@ _SERVED: dict[str, Any] = {"keys": {}}
 
 
 def serve_with(coordinators: list[Any], keys: Mapping[str, str], operators: frozenset[str] = frozenset(),
-               patience_s: float = 120.0) -> None:
+               patience_s: float = 120.0, meter: Any = None) -> None:
     """The replica's coordinator shards (deployment handles), its keys with their tenants (operator keys
     among them) and the operator keys. A call that no
     coordinator replica takes within ``patience_s`` (the gateway's ``coordinator_retry_s``) fails as
@@ -353,7 +355,11 @@ def serve_with(coordinators: list[Any], keys: Mapping[str, str], operators: froz
     async def call_shard(i: int, method: str, *args: Any, **kwargs: Any) -> Any:
         return await taken(getattr(coordinators[i], method).remote(*args, **kwargs), patience_s)
 
-    _SERVED["router"], _SERVED["keys"] = ShardRouter(call_shard, len(coordinators)), dict(keys)
+    async def call_meter(method: str, *args: Any) -> Any:  # the GPU meter, if the profile runs one
+        return await taken(getattr(meter, method).remote(*args), patience_s)
+
+    router = ShardRouter(call_shard, len(coordinators), call_meter if meter is not None else None)
+    _SERVED["router"], _SERVED["keys"] = router, dict(keys)
     _SERVED["operators"] = operators
 
 

@@ -8,7 +8,7 @@ Durability: every record goes to the session log (group commit) before clients s
 durable before the write runs; create, messages and tool results are answered once stored. A restarted coordinator
 takes the log's lease (a displaced one is fenced: it appends and executes nothing), replays the log and resumes each
 unfinished session (``resume.py``; the tool host's idempotency records keep a logged write at most once). A session
-whose records cannot be read is reported; the rest are served.
+whose records cannot be read is reported; the rest are served. A GPU meter gets every engine call (``meter_spans.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ..toolhost.tool_host import ToolHostClient
 from .admission import LOCAL, Admission
 from .conversations import Conversations
 from .event_polls import events_many
+from .meter_spans import MeterLink
 from .reports import Metrics, shard_stats, shard_usage, trajectory_report
 from .resume import resume
 from .runner import SessionRunner
@@ -56,7 +57,7 @@ class Coordinator:
 
     def __init__(self, cfg: AppConfig, engines: EngineClient, tool_host: ToolHostClient, store: Store,
                  env: Mapping[str, str] | None = None, clock: Callable[[], float] = time.perf_counter,
-                 shard: int = 0, wall: Callable[[], float] = time.time):
+                 shard: int = 0, wall: Callable[[], float] = time.time, meter: Any = None):
         self.cfg, self.shard = cfg, shard  # its index among the coordinator shards; session ids name it (shards.py)
         self.engines, self.tool_host, c = engines, tool_host, cfg.coordinator
         self.log = SessionLog(store, Lease(store, c.lease_s, c.lease_skew_s, wall=wall), compact_min=c.compact_min)
@@ -74,6 +75,9 @@ class Coordinator:
         self.conversations = Conversations(shard, self.log.append, self.commits.stored, self._serving, wall)
         self.create_conversation, self.conversation = self.conversations.create, self.conversations.call  # its API
         self.events_many = partial(events_many, self)  # the events of every stream a gateway follows, in one call
+        self.stats = partial(shard_stats, self)  # sessions by status, batch sizes, overheads, the log's health
+        self.usage = partial(shard_usage, self)  # (tenant, since): by tenant and day, from this shard's log
+        self.meter = MeterLink(meter, cfg.meter.push_s, wall) if meter and cfg.meter else None  # GPU meter
 
     # -- life -----------------------------------------------------------------------------------------
 
@@ -193,13 +197,8 @@ class Coordinator:
         s = self._get(sid, owner)
         gradable = grade and s.reward is None and s.status == "done" and s.domain
         ungraded = await self.sources.graded(s) if gradable else None
-        return {**trajectory_report(s, self.cfg), **({"grade_error": ungraded} if ungraded else {})}
-
-    def stats(self) -> dict[str, Any]:  # sessions by status, batch sizes, overheads, the log's health
-        return shard_stats(self)
-
-    async def usage(self, tenant: str | None = None, since: str | None = None) -> dict[str, Any]:
-        return await shard_usage(self, tenant, since)  # by tenant and day, from this shard's log (usage.py)
+        measured = await self.meter.measured(sid) if self.meter else None
+        return {**trajectory_report(s, self.cfg, measured), **({"grade_error": ungraded} if ungraded else {})}
 
     # -- checks -----------------------------------------------------------------------------------------
 
@@ -230,6 +229,7 @@ class Coordinator:
         s = Session(sid, req, task, self._append, self.clock, domain=self.sources.domain_of(req),
                     epoch=self.log.epoch, overheads=self.metrics.overheads, log_waits=self.metrics.log_waits,
                     owner=owner, idempotency_key=key, idle_timeout_s=self.cfg.coordinator.idle_timeout_s)
+        s.ledger.on_record = self.meter.hook(owner, sid) if self.meter else None
         self.sessions[sid] = s
         return s
 

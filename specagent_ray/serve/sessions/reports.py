@@ -34,10 +34,11 @@ def usage_by_role(ledger: Ledger) -> dict[str, dict[str, Any]]:
     return out
 
 
-def resource_report(ledger: Ledger, hardware: Hardware) -> dict[str, Any]:
-    """The session's resource report on the profile's deployment, which it names under ``hardware``
-    (GPU-s, HBM bytes and FLOPs are estimated; each field says so)."""
-    report = report_from_ledger(ledger, hardware.deployments()).model_dump(mode="json")
+def resource_report(ledger: Ledger, hardware: Hardware, measured: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The session's resource report on the profile's deployment, which it names under ``hardware``:
+    GPU-s and HBM bytes MEASURED for the roles in ``measured`` (the GPU meter's share), ESTIMATED for the
+    rest, FLOPs estimated; each field says which."""
+    report = report_from_ledger(ledger, hardware.deployments(), measured).model_dump(mode="json")
     return {**report, "hardware": hardware.model_dump()}
 
 
@@ -157,17 +158,17 @@ def shard_stats(c: Any) -> dict[str, Any]:
             "process_cpu_s": round(time.process_time() - m.cpu_at_start, 3)}
 
 
-async def shard_usage(c: Any, tenant: str | None, since: str | None) -> dict[str, Any]:
+async def shard_usage(c: Any, tenant: str | None = None, since: str | None = None) -> dict[str, Any]:
     """Usage by tenant and day from one shard's session log (``usage.py``), read off the event loop."""
     from .usage import tenant_usage
 
     return await asyncio.to_thread(lambda: tenant_usage(c.log.all_sessions(), c.cfg.hardware, tenant, since))
 
 
-def trajectory_report(s: Session, cfg: AppConfig) -> dict[str, Any]:
+def trajectory_report(s: Session, cfg: AppConfig, measured: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``GET /v1/sessions/{id}``: the session's summary, committed steps, tokens by role, and the resource
-    report estimated on the profile's hardware."""
+    report: measured where the GPU meter gave a share, else estimated on the profile's hardware."""
     return {**summary(s), "method": s.request.method or cfg.defaults.method,
             "task_id": s.task.id, "opening": s.task.instruction, "reward": s.reward,
             "steps": [step_dict(x) for x in s.steps], "usage": usage_by_role(s.ledger),
-            "resources": resource_report(s.ledger, cfg.hardware)}
+            "resources": resource_report(s.ledger, cfg.hardware, measured)}

@@ -17,12 +17,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..core.errors import NotFound
 from .reports import combined_cache, merged
 from .usage import merged as merged_usage
+from .usage import with_measured
+
+log = logging.getLogger(__name__)
 
 CallShard = Callable[..., Awaitable[Any]]  # (shard index, coordinator method, *args, **kwargs) -> result
 SUMMED = ("in_memory", "committed_steps", "queued", "log_flushes", "resumed", "fallbacks", "redrafts",
@@ -47,15 +51,18 @@ def shard_log(uri: str, shard: int) -> str:
 
 
 class ShardRouter:
-    def __init__(self, call_shard: CallShard, n: int):
-        self.call_shard, self.n = call_shard, n
+    """``meter``, if given, calls the GPU meter (``usage`` takes its measured figures)."""
+
+    def __init__(self, call_shard: CallShard, n: int, meter: Callable[..., Awaitable[Any]] | None = None):
+        self.call_shard, self.n, self.meter = call_shard, n, meter
         self._turn = itertools.cycle(range(n))
 
     async def __call__(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if method == "stats":
             return combined(await asyncio.gather(*(self.call_shard(i, "stats") for i in range(self.n))))
         if method == "usage":  # each shard's log holds its own sessions: added up, nothing twice
-            return merged_usage(await asyncio.gather(*(self.call_shard(i, "usage", *args) for i in range(self.n))))
+            usage = merged_usage(await asyncio.gather(*(self.call_shard(i, "usage", *args) for i in range(self.n))))
+            return usage if self.meter is None else with_measured(usage, await self._measured(*args))
         if method == "events_many":  # (shard, wants, wait_s): the gateway's one poll of a shard
             return await self.call_shard(args[0], method, *args[1:], **kwargs)
         if method in ("create", "create_conversation"):
@@ -65,6 +72,13 @@ class ShardRouter:
         if shard is None or shard >= self.n:
             raise NotFound(f"no session {sid!r}")
         return await self.call_shard(shard, method, *args, **kwargs)
+
+    async def _measured(self, *args: Any) -> dict[str, Any]:
+        try:
+            return await self.meter("usage", *args)  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - without the meter, usage is estimated, as it was
+            log.warning("GPU meter did not answer for usage (%s): GPU-s are estimated", exc)
+            return {}
 
     def _create_shard(self, kwargs: dict[str, Any]) -> int:
         key = kwargs.get("idempotency_key")

@@ -19,7 +19,7 @@ from typing import Any
 
 from ...costs.hardware import Hardware
 from ...costs.ledger import Ledger, decoding
-from ...telemetry.resources import report_from_ledger
+from ...telemetry.resources import combine_sources, report_from_ledger
 from .session import call_from
 
 CALLS = ("commit", "calls")  # the records that carry model calls
@@ -60,14 +60,45 @@ def tenant_usage(sessions: Iterable[list[dict[str, Any]]], hardware: Hardware, t
 
 
 def figures(ledger: Ledger, hardware: Hardware) -> dict[str, Any]:
-    """One (tenant, day)'s calls: tokens by role, calls, and the ESTIMATED resources."""
-    report = report_from_ledger(ledger, hardware.deployments())
+    """One (tenant, day)'s calls: tokens by role, calls, and the ESTIMATED resources, also by role (where
+    a GPU meter measured a role, ``with_measured`` puts its figures in their place)."""
+    deployments = hardware.deployments()
+    report = report_from_ledger(ledger, deployments)
     tokens = {role: {"calls": t.calls, "prompt": t.prompt, "cached": t.cached, "decode": t.decode}
               for role, t in report.tokens.items()}
+    by_role = {}
+    for role in report.tokens:
+        alone = report_from_ledger(Ledger([c for c in ledger.calls if c.role == role]), deployments)
+        by_role[role] = {"gpu_seconds": alone.gpu_seconds, "gpu_seconds_source": "estimated",
+                         "hbm_bytes": alone.hbm_bytes, "hbm_source": "estimated"}
     strong = len(decoding(ledger.calls))
     return {"tokens": tokens, "strong_calls": strong, "prefill_calls": report.strong_calls - strong,
-            "gpu_seconds": report.gpu_seconds, "strong_hbm_bytes": report.hbm_bytes_by_role.get("strong", 0.0),
+            "gpu_seconds": report.gpu_seconds, "gpu_seconds_source": "estimated", "by_role": by_role,
+            "strong_hbm_bytes": report.hbm_bytes_by_role.get("strong", 0.0), "strong_hbm_source": "estimated",
             "flops": report.flops, "label": "estimated (cost model on the profile's hardware; tokens as recorded)"}
+
+
+def with_measured(usage: dict[str, dict[str, Any]], measured: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The shards' usage with each (tenant, day, role) the GPU meter measured in place of its estimate:
+    ``{tenant: {day: {role: {gpu_seconds, dram_bytes}}}}`` (``telemetry/meter_book.py``). A role's figure
+    says its source; a sum over roles is ``measured``, ``estimated`` or ``mixed``, never unlabelled. DRAM
+    bytes the meter could not read leave that role's HBM estimated."""
+    for tenant, days in usage.items():
+        for day, f in days.items():
+            for role, m in measured.get(tenant, {}).get(day, {}).items():
+                if role not in f.get("by_role", {}):
+                    continue
+                row = f["by_role"][role]
+                row.update(gpu_seconds=m["gpu_seconds"], gpu_seconds_source="measured")
+                if m.get("dram_bytes") is not None:
+                    row.update(hbm_bytes=m["dram_bytes"], hbm_source="measured")
+            rows = f.get("by_role", {}).values()
+            f["gpu_seconds"] = sum(r["gpu_seconds"] for r in rows)
+            f["gpu_seconds_source"] = combine_sources(r["gpu_seconds_source"] for r in rows)
+            if (strong := f.get("by_role", {}).get("strong")) is not None:
+                f["strong_hbm_bytes"], f["strong_hbm_source"] = strong["hbm_bytes"], strong["hbm_source"]
+            f["label"] = f"GPU-s {f['gpu_seconds_source']} (by_role says which role is which); tokens as recorded"
+    return usage
 
 
 def merged(shards: Iterable[Mapping[str, Mapping[str, Mapping[str, Any]]]]) -> dict[str, dict[str, Any]]:
