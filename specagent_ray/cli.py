@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.adaptive import add_parser as add_adaptive_parser
 
     add_adaptive_parser(bench)
+    from .bench.meter import add_parser as add_meter_parser
+
+    add_meter_parser(bench)
     add_results_parser(sub)
     from .loadtest.command import add_parser as add_loadtest_parser
 
@@ -245,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.adaptive import run_from_args as run_adaptive
 
             return run_adaptive(args, console)
+        if args.suite == "meter":
+            from .bench.meter import run_from_args as run_meter
+
+            return run_meter(args, console)
         if args.suite == "engines":
             from .bench.engines import run_from_args as run_engines
 
