@@ -37,6 +37,7 @@ class MeteredLLMServer(LLMServer):
         await super().__init__(llm_config, **kwargs)
         extra = dict(llm_config.experimental_configs or {})
         self._role = extra.get("specagent_role")
+        self.placements: dict[str, list[int]] | None = None  # the workers' GPUs as last reported
         if self._role not in ("weak", "strong"):
             log.warning("MeteredLLMServer without experimental_configs.specagent_role (weak or strong): "
                         "its GPUs are not metered")
@@ -51,8 +52,12 @@ class MeteredLLMServer(LLMServer):
         warned = False
         while True:
             try:
+                placements = by_node(await self.collective_rpc("gpu_placement"))
+                self.placements = placements
+                if not placements:  # vLLM on the CPU: no worker has a GPU, now or later
+                    return
                 meter = serve.get_deployment_handle("GpuMeter", app_name=app)
-                for node, devices in by_node(await self.collective_rpc("gpu_placement")).items():
+                for node, devices in placements.items():
                     await meter.placement.remote(self._role, node, devices)
             except Exception as exc:  # noqa: BLE001 - no meter (yet), or a worker restarting: next period
                 if not warned:

@@ -199,3 +199,20 @@ def test_local_engines_can_run_replicas_behind_the_prefix_affinity_router(tmp_pa
     assert "request_router_config" not in plain.deployment_config
     assert routed.deployment_config["request_router_config"] == {"request_router_class": PREFIX_ROUTER}
     assert routed.engine_kwargs["scheduling_policy"] == "priority"  # the profile's CPU kwargs, as for one replica
+
+
+@pytest.mark.parametrize("name", ["gpu-tp16", "local-cpu", "edge-cloud"])
+def test_every_self_hosted_engine_reports_its_gpus_to_the_meter_under_its_ledger_role(name):
+    """Each LLMConfig is a MeteredLLMServer whose workers carry GpuPlacement, with the ledger role its
+    calls have (the drafter's model: weak; the verifier's: strong); gpu-tp16 runs the meter."""
+    import importlib
+
+    app = next(a for a in load_profile(name).applications if a.name == "specagent").args
+    roles = {app["engines"]["drafter"]["model"]: "weak", app["engines"]["verifier"]["model"]: "strong"}
+    engines = next(a for a in load_profile(name).applications if a.name == "engines").args["llm_configs"]
+    for c in engines:
+        assert c["server_cls"] == "specagent_ray.serve.engines.metered_llm:MeteredLLMServer"
+        assert c["experimental_configs"]["specagent_role"] == roles[c["model_loading_config"]["model_id"]]
+        module, _, cls = c["engine_kwargs"]["worker_extension_cls"].rpartition(".")
+        assert hasattr(importlib.import_module(module), cls)
+    assert ("meter" in app) == (name == "gpu-tp16")
