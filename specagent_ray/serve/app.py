@@ -79,16 +79,18 @@ class GpuMeterDeployment:
                                 on_charged=metrics.charged)
         self._poller = asyncio.get_running_loop().create_task(_every(m.poll_s, self.fleet.poll))
 
-    def placement(self, role: str, node: str, devices: list[int]) -> None:
+    # async, all of them: they run on the replica's event loop, between the poller's steps (the book has
+    # one owner; a sync method could run in Serve's thread pool, beside a poll)
+    async def placement(self, role: str, node: str, devices: list[int]) -> None:
         self.fleet.placement(role, node, devices)
 
-    def spans(self, role: str, rows: list[tuple]) -> None:
+    async def spans(self, role: str, rows: list[tuple]) -> None:
         self.fleet.spans(role, rows)
 
-    def usage(self, tenant: str | None = None, since: str | None = None) -> dict[str, Any]:
+    async def usage(self, tenant: str | None = None, since: str | None = None) -> dict[str, Any]:
         return self.fleet.book.tenant_usage(tenant, since)
 
-    def session(self, session_id: str) -> dict[str, Any]:
+    async def session(self, session_id: str) -> dict[str, Any]:
         return self.fleet.book.session(session_id)
 
     async def stats(self) -> dict[str, Any]:

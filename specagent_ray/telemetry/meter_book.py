@@ -57,6 +57,7 @@ class MeterBook:
         self.measured: dict[str, Attributed] = {}  # role -> every sealed window's totals
         self.nodes: dict[str, dict[str, str | None]] = defaultdict(dict)  # role -> node -> None or why unmeasured
         self.late_spans = 0
+        self._live_cache: dict[str, Attribution] = {}  # role -> its live windows' attribution, until either changes
 
     # -- input ---------------------------------------------------------------------------------------
     def node_state(self, role: str, node: str, reason: str | None) -> None:
@@ -71,12 +72,14 @@ class MeterBook:
         live = self._windows[(role, node)]
         live.extend(windows)
         live.sort(key=lambda w: w.start)
+        self._live_cache.pop(role, None)
 
     def add_spans(self, role: str, spans: Iterable[Span]) -> None:
         sealed = self._sealed_until.get(role, float("-inf"))
         for s in spans:
             self.late_spans += s.start < sealed  # its share of windows already sealed went unattributed
             self._spans[role].append(s)
+        self._live_cache.pop(role, None)
 
     # -- sealing -------------------------------------------------------------------------------------
     def seal(self, now: float) -> dict[tuple[str, str], Attributed]:
@@ -84,6 +87,7 @@ class MeterBook:
         charged by (tenant, role) in this call (for counters that only go up)."""
         cut = now - self.seal_after_s
         charged: dict[tuple[str, str], Attributed] = {}
+        self._live_cache.clear()
         for (role, node), live in list(self._windows.items()):
             done = [w for w in live if w.end <= cut]
             if not done:
@@ -110,11 +114,14 @@ class MeterBook:
             self.by_session.popitem(last=False)
 
     def _live(self, role: str) -> Attribution:
-        out = Attribution()
-        for (r, _), live in self._windows.items():
-            if r == role and live:
-                out = out + attribute(live, spread(live, self._spans[role]))
-        return out
+        """The live windows' attribution (computed once per change of the role's windows or spans)."""
+        if role not in self._live_cache:
+            out = Attribution()
+            for (r, _), live in self._windows.items():
+                if r == role and live:
+                    out = out + attribute(live, spread(live, self._spans[role]))
+            self._live_cache[role] = out
+        return self._live_cache[role]
 
     # -- answers -------------------------------------------------------------------------------------
     def state(self, role: str) -> str | None:

@@ -134,3 +134,16 @@ def test_a_late_call_is_counted_as_late() -> None:
     book.add_spans("strong", [span_of("t1", "s1", 100.0, 101.0, 10)])
     assert book.late_spans == 1
     assert book.totals()["roles"]["strong"]["unattributed"]["gpu_seconds"] == pytest.approx(0.5)
+
+
+def test_an_answer_after_new_windows_or_calls_counts_them() -> None:
+    book = book_with({"strong": ["n1"]})
+    book.add_windows("strong", "n1", windows(100.0, 5))
+    book.add_spans("strong", [span_of("t1", "s1", 100.0, 100.5, 10)])
+    assert book.session("s1")["strong"].gpu_seconds == pytest.approx(0.25)
+    book.add_spans("strong", [span_of("t2", "s2", 100.0, 100.5, 10)])  # now the two share the windows
+    assert book.session("s1")["strong"].gpu_seconds == pytest.approx(0.125)
+    book.add_windows("strong", "n1", windows(100.5, 5))  # more windows, none with a call: unattributed
+    assert book.totals()["roles"]["strong"]["unattributed"]["gpu_seconds"] == pytest.approx(0.25)
+    book.seal(200.0)
+    assert book.tenant_usage()["t2"][DAY]["strong"]["gpu_seconds"] == pytest.approx(0.125)
