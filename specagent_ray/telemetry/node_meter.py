@@ -80,8 +80,11 @@ class NodeMeter:
             sampler.sample_once()
 
     def status(self) -> dict[str, Any]:
+        """Per role, since its sampler started: busy GPU-seconds and memory used now and at its peak."""
         return {role: {"devices": list(d), "state": s.state, "reason": s.reason,
-                       "busy_gpu_seconds": sum(x.gpu_seconds for x in s.devices())}
+                       "busy_gpu_seconds": sum(x.gpu_seconds for x in s.devices()),
+                       "memory_used_bytes": sum(x.memory_used_bytes for x in s.devices()),
+                       "memory_peak_bytes": sum(x.memory_peak_bytes for x in s.devices())}
                 for role, (d, s) in self.samplers.items()}
 
     def stop(self) -> None:
