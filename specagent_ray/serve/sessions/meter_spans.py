@@ -18,6 +18,7 @@ from typing import Any
 from ...protocol.interfaces import CallRecord
 
 log = logging.getLogger(__name__)
+ANSWER_S = 5.0  # the longest a push or a report waits for the meter
 MAX_HELD = 200_000  # spans held while the meter does not answer; the oldest are dropped past it (logged)
 
 
@@ -50,7 +51,8 @@ class SpanSink:
             if not rows:
                 continue
             try:
-                await self.send(role, rows)
+                async with asyncio.timeout(ANSWER_S):  # a meter that is restarting is not waited for
+                    await self.send(role, rows)
                 self.sent += len(rows)
             except Exception as exc:  # noqa: BLE001 - the meter may be restarting: keep them for the next push
                 log.warning("GPU meter did not take %d spans (%s); kept for the next push", len(rows), exc)
@@ -84,7 +86,8 @@ class MeterLink:
         """The session's MEASURED share by role (``telemetry.attribution.Attributed``); None if the meter
         does not answer (the report is then ESTIMATED, as without a meter)."""
         try:
-            return await self.meter.session(session)
+            async with asyncio.timeout(ANSWER_S):  # a report never waits on a restarting meter
+                return await self.meter.session(session)
         except Exception as exc:  # noqa: BLE001 - a report without the meter is still a report
             log.warning("GPU meter did not answer for session %s (%s): its report is estimated", session, exc)
             return None

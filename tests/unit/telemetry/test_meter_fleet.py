@@ -215,3 +215,25 @@ def test_engine_workers_report_their_node_and_nvml_index() -> None:
     finally:
         ray.get_runtime_context = original
     assert by_node([("a", 3), ("b", 0), ("a", 1), None, ("a", 3)]) == {"a": [1, 3], "b": [0]}
+
+
+def test_a_meter_that_never_answers_costs_a_report_its_measurement_not_its_answer(monkeypatch) -> None:
+    from specagent_ray.serve.sessions import meter_spans
+    from specagent_ray.serve.sessions.meter_spans import MeterLink
+
+    monkeypatch.setattr(meter_spans, "ANSWER_S", 0.05)
+
+    class Hung:
+        async def session(self, sid):
+            await asyncio.sleep(3600)
+
+        async def spans(self, role, rows):
+            await asyncio.sleep(3600)
+
+    async def main():
+        link = MeterLink(Hung(), 0.5, wall=lambda: 100.0)
+        link.sink.held["weak"].append(("t1", "s1", 99.0, 100.0, 5))
+        await link.sink.push()  # kept for the next push, not waited on forever
+        return await link.measured("s1"), link.sink.held["weak"]
+    measured, held = asyncio.run(main())
+    assert measured is None and held == [("t1", "s1", 99.0, 100.0, 5)]
