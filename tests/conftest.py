@@ -24,7 +24,7 @@ RAY_MODULES = frozenset(f"tests/integration/{name}.py" for name in (
     "test_serve_sim", "test_wheel"))
 RAY = "ray"
 LLM_CONFIG_MODULES = frozenset(f"tests/{name}.py" for name in (
-    "unit/test_cluster_config", "unit/test_k8s", "unit/test_profiles", "security/test_api_policy"))
+    "unit/test_cluster_config", "unit/test_k8s", "unit/launch/test_profiles", "security/test_api_policy"))
 LLM_CONFIG = "llm-config"
 
 
