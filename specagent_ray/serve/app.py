@@ -133,12 +133,12 @@ class SimEngineDeployment:
             self._placement = asyncio.get_running_loop().create_task(_placement(role, meter, meter_cfg))
 
     async def propose_batch(self, requests: bytes) -> bytes:
-        from .engines.sim_engine import packed
+        from .engines.batch_wire import packed
 
         return packed(await self.engine.propose_batch(requests))
 
     async def verify_batch(self, requests: bytes) -> bytes:
-        from .engines.sim_engine import packed
+        from .engines.batch_wire import packed
 
         return packed(await self.engine.verify_batch(requests))
 

@@ -38,7 +38,7 @@ from ..core.handles import lane_of
 from ..core.views import SessionView
 from .prefill_ahead import PrefillAhead
 from .priority import ProgramPriority
-from .sim_engine import SimRequest, packed, unpacked
+from .batch_wire import SimRequest, packed, unpacked
 
 
 async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Awaitable[Any]]) -> Any:
@@ -137,7 +137,7 @@ class SimEngineClient:
         call = getattr(handle.routed(f"lane-{lane}"), method)
 
         async def submit(requests: Sequence[SimRequest]) -> list:
-            return unpacked(await call(packed(requests)))  # bytes both ways across Ray (sim_engine.packed)
+            return unpacked(await call(packed(requests)))  # bytes both ways across Ray (batch_wire.packed)
         return submit
 
     def queued(self) -> int:

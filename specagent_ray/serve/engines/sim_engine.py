@@ -9,43 +9,16 @@ coordinator keeps that affinity), like an engine's KV cache. A restarted replica
 from __future__ import annotations
 
 import asyncio
-import pickle
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...protocol.types import History, Proposal, Review, Step, Task
+from ...protocol.types import History, Proposal, Review, Task
 from ..core.config import SimEngines
+from .batch_wire import SimRequest, unpacked
 
 Role = Literal["drafter", "verifier"]
 MAX_SESSIONS = 20_000  # per replica; the least recently used session's models are dropped first
-
-
-def packed(items: Sequence[Any]) -> bytes:
-    """A batch as it crosses Ray between the coordinator and a simulated engine: pickled by the C pickler
-    here, so that Ray carries bytes. Ray's own (cloudpickle) calls Python code for every object, and a
-    batch holds every session's whole history: the coordinator spent about 0.3 ms per committed step on
-    it. Both ends are this application's own deployments, as with any Ray call."""
-    return pickle.dumps(list(items), protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def unpacked(items: Sequence[Any] | bytes) -> list[Any]:
-    return pickle.loads(items) if isinstance(items, bytes) else list(items)
-
-
-@dataclass(frozen=True, slots=True)
-class SimRequest:
-    """One session's call. ``steps`` is H's steps (the task itself never crosses the wire)."""
-
-    session_id: str
-    domain: str
-    task_id: str
-    trial: int
-    steps: tuple[Step, ...]
-    draft: tuple[Step, ...] = ()
-    feedback: str | None = None
-    criterion: str = "semantic"  # a verify's acceptance criterion: "exact" for the exact-match ablation
 
 
 class SimEngine:

@@ -17,7 +17,8 @@ from specagent_ray.serve.core.errors import BadRequest, Conflict, NotFound, Over
 from specagent_ray.serve.core.handles import Local
 from specagent_ray.serve.core.tuning import SpeculationConfig
 from specagent_ray.serve.engines.engine_client import SimEngineClient
-from specagent_ray.serve.engines.sim_engine import SimEngine, unpacked
+from specagent_ray.serve.engines.batch_wire import unpacked
+from specagent_ray.serve.engines.sim_engine import SimEngine
 from specagent_ray.serve.log.records import parse
 from specagent_ray.serve.sessions.coordinator import Coordinator
 from specagent_ray.serve.toolhost.tool_host import ShardedToolHost, ToolHost
@@ -627,7 +628,7 @@ async def test_a_served_exact_ablation_asks_the_same_judge_for_exact_steps_only(
     criteria, strong_steps = Counter(), Counter()
     verify, propose = cluster.verifier.verify_batch, cluster.verifier.propose_batch
 
-    async def verify_spy(requests):  # the batch arrives as it crosses Ray: pickled (sim_engine.packed)
+    async def verify_spy(requests):  # the batch arrives as it crosses Ray: pickled (batch_wire.packed)
         criteria.update((r.session_id, r.criterion) for r in unpacked(requests))
         return await verify(requests)
 
@@ -801,7 +802,7 @@ def test_a_roofline_call_alone_takes_what_the_cost_model_says_and_slows_beside_o
 
 
 async def test_roofline_sim_engines_serve_and_meter_a_batch():
-    from specagent_ray.serve.engines.sim_engine import SimRequest
+    from specagent_ray.serve.engines.batch_wire import SimRequest
 
     engine = SimEngine("verifier", SimEngines(latency=LatencyModel(model="roofline", time_scale=1e-3)))
     before = engine.meters()
@@ -826,7 +827,7 @@ def test_the_roofline_meter_integrates_sequences_in_flight_over_time():
 
 
 async def test_a_roofline_replica_runs_at_most_its_batch_cap_and_queues_the_rest():
-    from specagent_ray.serve.engines.sim_engine import SimRequest
+    from specagent_ray.serve.engines.batch_wire import SimRequest
     from specagent_ray.serve.engines.sim_roofline import Roofline
 
     roof = Roofline("verifier", Hardware(), time_scale=1e-4, tick_s=0.001)
