@@ -151,10 +151,10 @@ class ProtocolMetrics:
             for counter, n in ((self.prompt_tokens, prompt), (self.cached_tokens, cached),
                                (self.predicted_tokens, predicted)):
                 if n > 0:  # Ray's Counter.inc refuses 0
-                    counter.inc(n, tags=tags)
+                    self._inc(counter, n, tags)
             if prompt:
-                self.session_share.observe(cached / prompt, tags=tags)
-                self.session_gap.observe(max(0.0, (predicted - cached) / prompt), tags=tags)
+                self._observe(self.session_share, cached / prompt, tags)
+                self._observe(self.session_gap, max(0.0, (predicted - cached) / prompt), tags)
 
     def observe_finished(self, method: str, calls: Sequence[CallRecord], steps: int) -> None:
         """A session's end: strong calls (a prefill ahead decodes nothing: not one), verify latencies and
@@ -163,16 +163,16 @@ class ProtocolMetrics:
         strong = decoding(calls)
         for call in strong:
             if call.purpose == "verify":
-                self.verify_latency.observe(call.wall_s, tags=tags)
-        self.strong_calls.observe(len(strong), tags=tags)
+                self._observe(self.verify_latency, call.wall_s, tags)
+        self._observe(self.strong_calls, len(strong), tags)
         if strong:
-            self.strong_calls_total.inc(len(strong), tags=tags)
+            self._inc(self.strong_calls_total, len(strong), tags)
         if steps > 0:
-            self.session_steps.inc(steps, tags=tags)
+            self._inc(self.session_steps, steps, tags)
 
     def observe_tenant(self, tenant: str, status: str, calls: Sequence[CallRecord], gpu_seconds: float) -> None:
         """A finished session's usage under its tenant's label (``tenant_label``: bounded)."""
-        self.tenant_sessions.inc(1, tags={"tenant": tenant, "status": status})
+        self._inc(self.tenant_sessions, 1, {"tenant": tenant, "status": status})
         tokens: Counter[tuple[str, str]] = Counter()  # (role, kind): one counter update each, not one per call
         for call in calls:
             u = call.usage
@@ -180,12 +180,12 @@ class ProtocolMetrics:
                 tokens[(call.role, kind)] += n
         for (role, kind), n in tokens.items():
             if n > 0:  # Ray's Counter.inc refuses 0
-                self.tenant_tokens.inc(n, tags={"tenant": tenant, "role": role, "kind": kind})
+                self._inc(self.tenant_tokens, n, {"tenant": tenant, "role": role, "kind": kind})
         strong = len(decoding(calls))
         if strong:
-            self.tenant_strong_calls.inc(strong, tags={"tenant": tenant})
+            self._inc(self.tenant_strong_calls, strong, {"tenant": tenant})
         if gpu_seconds > 0:
-            self.tenant_gpu_seconds.inc(gpu_seconds, tags={"tenant": tenant})
+            self._inc(self.tenant_gpu_seconds, gpu_seconds, {"tenant": tenant})
 
     def exported(self) -> set[str]:
         return exported(self)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 from specagent_ray.telemetry.dashboard import PANELS, Panel, concrete, metrics_named, render, unknown_metrics
+from specagent_ray.protocol.interfaces import CallRecord
+from specagent_ray.protocol.types import Usage
 from specagent_ray.telemetry.metrics import MeterMetrics, ProtocolMetrics
 from specagent_ray.testing.k8s import K8S
 
@@ -66,3 +68,27 @@ def test_per_step_updates_reach_ray_only_at_a_flush_one_call_per_series(monkeypa
     calls.clear()
     metrics.flush()
     assert calls == []  # a flush sends each update once
+
+
+def test_session_end_counters_are_summed_over_sessions_until_a_flush(monkeypatch):
+    """A session's end updates a dozen counter series: summed in the buffer, one Ray call per series a
+    flush, however many sessions ended since the last."""
+    metrics = ProtocolMetrics()
+    calls = []
+    monkeypatch.setattr(type(metrics.tenant_sessions), "inc", lambda self, n, tags=None: calls.append((self._name, n, tags)))
+    monkeypatch.setattr(type(metrics.strong_calls), "observe", lambda self, v, tags=None: calls.append((self._name, v, tags)))
+    records = [CallRecord("strong", "verify", Usage(1000, 600, 10, 900), 0.1), CallRecord("weak", "draft", Usage(50, 0, 5), 0.1)]
+    for _ in range(20):
+        metrics.observe_finished("specagent", records, 7)
+        metrics.observe_cache(records)
+        metrics.observe_tenant("acme", "done", records, 2.5)
+    assert calls == []
+    metrics.flush()
+    counted = [c for c in calls if c[0].endswith("_total")]
+    assert ("specagent_tenant_sessions_total", 20, {"tenant": "acme", "status": "done"}) in counted
+    assert ("specagent_session_steps_total", 140, {"method": "specagent"}) in counted
+    assert ("specagent_tenant_tokens_total", 20_000, {"tenant": "acme", "role": "strong", "kind": "prompt"}) in counted
+    assert ("specagent_tenant_gpu_seconds_total", 50.0, {"tenant": "acme"}) in counted
+    assert len(counted) == len({(c[0], tuple(sorted(c[2].items()))) for c in counted})  # one call per series
+    assert [c for c in calls if c[0] == "specagent_strong_calls_per_session"] == \
+        [("specagent_strong_calls_per_session", 1, {"method": "specagent"})] * 20
