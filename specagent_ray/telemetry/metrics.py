@@ -150,8 +150,7 @@ class ProtocolMetrics:
             tags = {"role": role}
             for counter, n in ((self.prompt_tokens, prompt), (self.cached_tokens, cached),
                                (self.predicted_tokens, predicted)):
-                if n > 0:  # Ray's Counter.inc refuses 0
-                    self._inc(counter, n, tags)
+                self._inc(counter, n, tags)  # a series that sums to 0 is left out at the flush
             if prompt:
                 self._observe(self.session_share, cached / prompt, tags)
                 self._observe(self.session_gap, max(0.0, (predicted - cached) / prompt), tags)
@@ -165,10 +164,8 @@ class ProtocolMetrics:
             if call.purpose == "verify":
                 self._observe(self.verify_latency, call.wall_s, tags)
         self._observe(self.strong_calls, len(strong), tags)
-        if strong:
-            self._inc(self.strong_calls_total, len(strong), tags)
-        if steps > 0:
-            self._inc(self.session_steps, steps, tags)
+        self._inc(self.strong_calls_total, len(strong), tags)
+        self._inc(self.session_steps, steps, tags)
 
     def observe_tenant(self, tenant: str, status: str, calls: Sequence[CallRecord], gpu_seconds: float) -> None:
         """A finished session's usage under its tenant's label (``tenant_label``: bounded)."""
@@ -179,13 +176,9 @@ class ProtocolMetrics:
             for kind, n in (("prompt", u.prompt_tokens), ("cached", u.cached_prompt_tokens), ("decode", u.decode_tokens)):
                 tokens[(call.role, kind)] += n
         for (role, kind), n in tokens.items():
-            if n > 0:  # Ray's Counter.inc refuses 0
-                self._inc(self.tenant_tokens, n, {"tenant": tenant, "role": role, "kind": kind})
-        strong = len(decoding(calls))
-        if strong:
-            self._inc(self.tenant_strong_calls, strong, {"tenant": tenant})
-        if gpu_seconds > 0:
-            self._inc(self.tenant_gpu_seconds, gpu_seconds, {"tenant": tenant})
+            self._inc(self.tenant_tokens, n, {"tenant": tenant, "role": role, "kind": kind})
+        self._inc(self.tenant_strong_calls, len(decoding(calls)), {"tenant": tenant})
+        self._inc(self.tenant_gpu_seconds, gpu_seconds, {"tenant": tenant})
 
     def exported(self) -> set[str]:
         return exported(self)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from specagent_ray.telemetry.dashboard import PANELS, Panel, concrete, metrics_named, render, unknown_metrics
 from specagent_ray.protocol.interfaces import CallRecord
 from specagent_ray.protocol.types import Usage
+from specagent_ray.telemetry.dashboard import PANELS, Panel, concrete, metrics_named, render, unknown_metrics
 from specagent_ray.telemetry.metrics import MeterMetrics, ProtocolMetrics
 from specagent_ray.testing.k8s import K8S
 

@@ -49,4 +49,3 @@ def test_the_table_saves_records_without_dataclass_getstate(monkeypatch):
     assert calls == []
     pickle.dumps(every_field_set())
     assert calls, "the check cannot fail: plain pickle no longer calls fields()"
-
