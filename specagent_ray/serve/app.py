@@ -32,9 +32,19 @@ BUSY = 100_000  # long-polling event streams hold requests open; the coordinator
 # Inner deployments answer several calls per committed step; an access-log line for each costs CPU and
 # says nothing the session log does not. The gateway (the ingress) keeps Serve's access log.
 QUIET = {"enable_access_log": False}
+# Calls between this application's replicas go over the callee's gRPC server (``core/handles.by_grpc``).
+# Every replica gets two settings for it, read when its process starts:
+# - the message limit, which Ray reads in the caller and in the callee (4 MiB unless set): a verify batch
+#   of long histories or a long session's trajectory can be larger;
+# - no gRPC fork handlers: a tool host starts MCP servers (fork, exec) while it serves gRPC calls, and
+#   with the handlers on, about every second such start lost its server at once ("Connection closed").
+GRPC_MAX_MESSAGE_BYTES = 1 << 30
+REPLICA = {"runtime_env": {"env_vars": {"RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": str(GRPC_MAX_MESSAGE_BYTES),
+                                        "GRPC_ENABLE_FORK_SUPPORT": "0"}}}
 
 
-@serve.deployment(name="ToolHost", max_ongoing_requests=BUSY, logging_config=QUIET)
+@serve.deployment(name="ToolHost", max_ongoing_requests=BUSY, logging_config=QUIET,
+                  ray_actor_options=REPLICA)
 class ToolHostDeployment:
     def __init__(self, cfg: dict[str, Any]):
         from ..storage import open_store
@@ -61,7 +71,8 @@ class ToolHostDeployment:
         return self.host.stats()
 
 
-@serve.deployment(name="GpuMeter", num_replicas=1, max_ongoing_requests=BUSY, logging_config=QUIET)
+@serve.deployment(name="GpuMeter", num_replicas=1, max_ongoing_requests=BUSY, logging_config=QUIET,
+                  ray_actor_options=REPLICA)
 class GpuMeterDeployment:
     """The GPU meter fleet (``telemetry/fleet.py``): node meters where the engines run, and the book."""
 
@@ -120,7 +131,7 @@ async def _every(period_s: float, step: Any) -> None:
             logging.getLogger(__name__).warning("GPU meter poll failed", exc_info=True)
 
 
-@serve.deployment(name="SimEngine", max_ongoing_requests=1000, logging_config=QUIET)
+@serve.deployment(name="SimEngine", max_ongoing_requests=1000, logging_config=QUIET, ray_actor_options=REPLICA)
 class SimEngineDeployment:
     async def __init__(self, role: str, engines: dict[str, Any], hardware: dict[str, Any] | None = None,
                        meter: DeploymentHandle | None = None, meter_cfg: dict[str, Any] | None = None):
@@ -169,13 +180,14 @@ def _forward(name: str):
     return call
 
 
-@serve.deployment(name="Coordinator", num_replicas=1, max_ongoing_requests=BUSY, logging_config=QUIET)
+@serve.deployment(name="Coordinator", num_replicas=1, max_ongoing_requests=BUSY, logging_config=QUIET,
+                  ray_actor_options=REPLICA)
 class CoordinatorDeployment:
     async def __init__(self, cfg: dict[str, Any], tool_hosts: list[DeploymentHandle],
                      drafter: DeploymentHandle | None = None, verifier: DeploymentHandle | None = None,
                      shard: int = 0, meter: DeploymentHandle | None = None):
         from ..storage import open_store
-        from .core.handles import Served
+        from .core.handles import Served, by_grpc
         from .sessions.coordinator import Coordinator
         from .sessions.shards import shard_log
         from .toolhost.tool_host import ShardedToolHost
@@ -186,10 +198,11 @@ class CoordinatorDeployment:
         self.loop_thread = threading.get_native_id()  # Serve runs __init__ on the user code's event loop
         self.calls_in: Counter[str] = Counter()
         self.calls_out: Counter[str] = Counter()  # to the tool hosts and the simulated engines
-        tools = ShardedToolHost([Served(h, self.calls_out) for h in tool_hosts])
-        self.coordinator = Coordinator(config, _engines(config, drafter, verifier, self.calls_out), tools,
-                                       open_store(shard_log(config.session_log, shard)), shard=shard,
-                                       meter=Served(meter, self.calls_out) if meter is not None else None)
+        tools = ShardedToolHost([Served(by_grpc(h), self.calls_out) for h in tool_hosts])
+        grpc = lambda h: None if h is None else by_grpc(h)  # noqa: E731
+        engines = _engines(config, grpc(drafter), grpc(verifier), self.calls_out)
+        self.coordinator = Coordinator(config, engines, tools, open_store(shard_log(config.session_log, shard)),
+                                       shard=shard, meter=None if meter is None else Served(by_grpc(meter), self.calls_out))
         self._metrics()
         await self.coordinator.start()
 
@@ -277,12 +290,15 @@ def _gateway_class(cfg: dict[str, Any]):
     api = make_api(served_call, config.gateway, served_keys, served_operators, offer=Offer.of(config),
                    terms=Terms.of(config), rates=TenantRules(config.tenants).rate)
 
-    @serve.deployment(name="Gateway", max_ongoing_requests=BUSY)
+    @serve.deployment(name="Gateway", max_ongoing_requests=BUSY, ray_actor_options=REPLICA)
     @serve.ingress(api)
     class Gateway:
         def __init__(self, coordinators: list[DeploymentHandle], meter: DeploymentHandle | None = None):
+            from .core.handles import by_grpc
+
             owners, operators = gateway_keys(config, dict(os.environ))
-            serve_with(coordinators, owners, operators, config.gateway.coordinator_retry_s, meter)
+            serve_with([by_grpc(c) for c in coordinators], owners, operators, config.gateway.coordinator_retry_s,
+                       None if meter is None else by_grpc(meter))
 
     return Gateway
 

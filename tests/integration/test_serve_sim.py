@@ -344,3 +344,15 @@ async def test_the_gpu_meter_charges_measured_gpu_seconds_per_tenant_and_they_ad
              f["gpu_seconds_source"], f["strong_hbm_source"]) for f in today] == \
         [("measured", "estimated", "mixed", "measured")]
     assert (report["gpu_seconds_source"], report["hbm_source"]) == ("mixed", "mixed")
+
+
+def test_a_message_over_grpcs_default_4_mib_crosses_between_replicas_both_ways(url):
+    """The application's replica-to-replica calls go over gRPC (``handles.by_grpc``), 4 MiB at most per
+    message unless ``app.REPLICA`` raises it: 6 MiB go out and come back."""
+    from specagent_ray.testing.wire_probe import probe_app
+
+    handle = serve.run(probe_app(), name="wire-probe", route_prefix=None)
+    try:
+        assert handle.round_trip.remote(6 << 20).result(timeout_s=120) == 6 << 20
+    finally:
+        serve.delete("wire-probe")

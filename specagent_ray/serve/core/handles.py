@@ -20,6 +20,17 @@ def lane_of(session_id: str, lanes: int) -> int:
     return zlib.crc32(session_id.encode()) % lanes
 
 
+def by_grpc(handle: Any) -> Any:
+    """``handle`` with its calls sent over the callee replica's inter-deployment gRPC server instead of as
+    Ray actor calls (``_by_reference=False``). Serve routes them the same way (router, queue limits,
+    sticky ``session_id``); a replica's death is still a ``RayActorError`` and a callee's exception is
+    still raised in the caller. What changes is cost: an actor call is a streaming Ray task through the
+    object store, and at one shard's step rate it took most of the coordinator's CPU (docs/serving.md).
+    Results come back by value, never as an ``ObjectRef`` to pass on; messages are bounded by
+    ``RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH``, which ``app.REPLICA`` sets in every replica."""
+    return handle.options(_by_reference=False)
+
+
 class Served:
     """A ``DeploymentHandle``; ``counts``, if given, counts the calls made through it by method."""
 
