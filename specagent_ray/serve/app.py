@@ -9,7 +9,8 @@ It composes the gateway (ingress), the coordinator shards (``coordinators``, one
 owns its sessions' state and its own session log namespace; a restarted replica resumes from it), the
 tool host shards, and, for simulated engines, drafter and verifier replicas. Each session's calls go out in its lane's batches with ``session_id=lane-<n>`` set, which a
 session-aware router (Ray's experimental ``ConsistentHashRouter``) would use to pin the lane to one replica;
-see docs/serving.md for why the profiles do not turn it on yet. Model engines
+see docs/serving.md for why the profiles do not turn it on yet. Calls between these deployments' replicas
+go over the callee's gRPC server (``core/handles.by_grpc``), with ``REPLICA``'s settings. Model engines
 (``kind: openai``) are Ray Serve LLM's own deployments: profiles put them in a sibling application built
 by ``ray.serve.llm:build_openai_app`` (see deployments/), and the coordinator reaches them over HTTP.
 """
@@ -201,8 +202,9 @@ class CoordinatorDeployment:
         tools = ShardedToolHost([Served(by_grpc(h), self.calls_out) for h in tool_hosts])
         grpc = lambda h: None if h is None else by_grpc(h)  # noqa: E731
         engines = _engines(config, grpc(drafter), grpc(verifier), self.calls_out)
+        metered = None if meter is None else Served(by_grpc(meter), self.calls_out)
         self.coordinator = Coordinator(config, engines, tools, open_store(shard_log(config.session_log, shard)),
-                                       shard=shard, meter=None if meter is None else Served(by_grpc(meter), self.calls_out))
+                                       shard=shard, meter=metered)
         self._metrics()
         await self.coordinator.start()
 

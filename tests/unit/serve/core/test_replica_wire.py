@@ -7,12 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from specagent_ray.launch.profiles import OURS, load_profile
 from specagent_ray.serve.app import GRPC_MAX_MESSAGE_BYTES, build_app
-
-pytest.importorskip("ray")
 
 
 def _deployments(app: Any, found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -25,12 +21,13 @@ def _deployments(app: Any, found: dict[str, dict[str, Any]]) -> dict[str, dict[s
     return found
 
 
-def test_every_deployment_of_the_app_raises_the_grpc_message_limit(tmp_path):
+def test_every_deployment_of_the_app_carries_the_replica_grpc_settings(tmp_path):
     profile = load_profile("sim", {"session_log": str(tmp_path), "coordinators": 2,
                                    "meter": {"nvml": "specagent_ray.testing.fake_nvml:ScriptedNvml"}})
     app = next(a for a in profile.applications if a.import_path == OURS)
     found = _deployments(build_app(app.args), {})
-    assert {"Gateway", "Coordinator", "Coordinator-1", "ToolHost", "SimDrafter", "SimVerifier", "GpuMeter"} <= set(found)
+    every = {"Gateway", "Coordinator", "Coordinator-1", "ToolHost", "SimDrafter", "SimVerifier", "GpuMeter"}
+    assert every <= set(found)
     for name, options in found.items():
         limit = options.get("runtime_env", {}).get("env_vars", {}).get("RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH")
         assert limit is not None and int(limit) == GRPC_MAX_MESSAGE_BYTES > 4 << 20, name
