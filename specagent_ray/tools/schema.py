@@ -20,6 +20,7 @@ from ..protocol.types import ToolCall
 
 MAX_SCHEMA_BYTES = 16_384  # one client tool's schema, as JSON
 MAX_SCHEMA_DEPTH = 16  # nesting of objects and lists in one client tool's schema
+MEMO_KEY_CHARS = 1024  # arguments longer than this, as JSON, are checked every time (SchemaValidator)
 
 
 @cache
@@ -97,9 +98,17 @@ def _with_re2(cls: type) -> type:
 
 
 class SchemaValidator:
-    """Checks tool calls against JSON schemas compiled once per tool (patterns by RE2)."""
+    """Checks tool calls against JSON schemas compiled once per tool (patterns by RE2).
 
-    def __init__(self, schemas: Mapping[str, dict[str, Any]]):
+    Answers are memoized per (tool, arguments as canonical JSON), at most ``memo_size`` of them, the oldest
+    dropped first: each action is checked when drafted and again before it commits, and many sessions make
+    the same calls. Guarantee: a memoized answer is the one a fresh check would give. Arguments that JSON
+    cannot spell exactly (a date, a tuple, a non-string key), or longer than ``MEMO_KEY_CHARS`` as JSON,
+    are checked every time, so the memo holds at most ``memo_size`` short entries whatever clients send."""
+
+    def __init__(self, schemas: Mapping[str, dict[str, Any]], memo_size: int = 4096):
+        self._memo: dict[tuple[str, str], tuple[Any, str | None]] = {}
+        self._memo_size = memo_size
         self._validators = {}
         for name, schema in schemas.items():
             cls = jsonschema.validators.validator_for(schema)
@@ -112,6 +121,23 @@ class SchemaValidator:
 
     def check(self, call: ToolCall) -> str | None:
         """None if valid, else a one-line reason naming the tool and the offending argument."""
+        try:
+            key = (call.name, json.dumps(call.arguments, sort_keys=True))
+        except (TypeError, ValueError):
+            return self._check(call)  # not JSON: never memoized
+        if len(key[1]) > MEMO_KEY_CHARS:
+            return self._check(call)
+        seen = self._memo.get(key)
+        if seen is not None and seen[0] == call.arguments:
+            return seen[1]
+        answer, parsed = self._check(call), json.loads(key[1])
+        if parsed == call.arguments:  # the JSON spells these arguments exactly: a later equal key means equal
+            if len(self._memo) >= self._memo_size:
+                del self._memo[next(iter(self._memo))]
+            self._memo[key] = (parsed, answer)
+        return answer
+
+    def _check(self, call: ToolCall) -> str | None:
         validator = self._validators.get(call.name)
         if validator is None:
             return f"unknown tool {call.name!r}"
