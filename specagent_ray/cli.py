@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.meter import add_parser as add_meter_parser
 
     add_meter_parser(bench)
+    from .bench.calls import add_parser as add_calls_parser
+
+    add_calls_parser(bench)
     add_results_parser(sub)
     from .loadtest.command import add_parser as add_loadtest_parser
 
@@ -252,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.meter import run_from_args as run_meter
 
             return run_meter(args, console)
+        if args.suite == "calls":
+            from .bench.calls import run_from_args as run_calls
+
+            return run_calls(args, console)
         if args.suite == "engines":
             from .bench.engines import run_from_args as run_engines
 
