@@ -3,6 +3,7 @@ ways to call models and tools. The speculation loop and the baselines are writte
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,12 +56,16 @@ class SpecConfig:
         is staged like a write, so the user only ever reads reviewed text, at one strong call per
         message. See docs/protocol.md.
     escalate_below: AgentCollab's confidence threshold for handing a step to the strong model.
+    parallel_calls: whether an action may hold several tool calls (at most ``max_calls``). Off, such an
+        action is invalid: never executed, and the strong policy writes that step.
     """
 
     k: int = 6
     max_steps: int = 100
     review_messages: bool = False
     escalate_below: float = 0.65
+    parallel_calls: bool = False
+    max_calls: int = 8
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -139,6 +144,8 @@ class Run:
         if self.parts.block_size is None:
             return
         j, repair = verdict.accepted_prefix, verdict.repair
+        if verdict.partial:  # some staged calls were rejected: to the controller, the staged step was
+            j -= 1
         separate = j < len(block) and (repair is None or self.invalid_reason(repair) is not None)
         self.parts.block_size.reviewed(block, j, separate)
 
@@ -164,8 +171,10 @@ class Run:
     # -- guarded calls --------------------------------------------------------------------------
 
     def classify(self, action: Action) -> Effect:
+        """A tool action is a WRITE if any of its calls is one (a parallel action is staged whole)."""
         if action.kind is ActionKind.TOOL:
-            return self.parts.tools.classify(action.call)  # type: ignore[arg-type]
+            classify = self.parts.tools.classify
+            return Effect.WRITE if any(classify(c) is Effect.WRITE for c in action.calls) else Effect.READ
         if action.kind is ActionKind.MESSAGE and not self.config.review_messages:
             return Effect.READ  # sent without review; it still ends the block (see SpecConfig)
         return Effect.WRITE  # a stop ends the session: staged and reviewed
@@ -177,9 +186,23 @@ class Run:
         if action.kind is ActionKind.TOOL:
             if action.call is None:
                 return "tool action without a call"
-            return self.parts.tools.validate(action.call)
+            return self.parallel_reason(action) or next(
+                (r for r in map(self.parts.tools.validate, action.calls) if r is not None), None)
         if action.kind is ActionKind.MESSAGE and not action.text.strip():
             return "empty message"
+        return None
+
+    def parallel_reason(self, action: Action) -> str | None:
+        """Why an action's number or repetition of calls is refused, if it is."""
+        calls = action.calls
+        if len(calls) == 1:
+            return None
+        if not self.config.parallel_calls:
+            return f"{len(calls)} tool calls in one action; this session takes one tool call per action"
+        if len(calls) > self.config.max_calls:
+            return f"{len(calls)} tool calls in one action; at most {self.config.max_calls}"
+        if len({c.key() for c in calls}) < len(calls):
+            return "the same tool call twice in one action"
         return None
 
     async def propose(
@@ -218,7 +241,8 @@ class Run:
         verdict = review.verdict
         if not isinstance(verdict, Verdict):
             return Verdict(0, f"malformed verdict: {type(verdict).__name__}")
-        return verdict.checked(len(block))
+        staged = block[-1].action.calls if block and block[-1].staged else ()
+        return verdict.checked(len(block), max(len(staged), 1))
 
     def span(self, name: str, **attributes: object):
         return self.parts.spans.span(name, attributes)
@@ -236,7 +260,10 @@ class Run:
         span.set("specagent.cached_input_tokens", usage.cached_prompt_tokens)
 
     async def observe(self, action: Action) -> Observation:
-        """Execute a valid, non-stop action. A tool that raises becomes an error observation."""
+        """Execute a valid, non-stop action. A tool that raises becomes an error observation. A parallel
+        action's reads run together; its writes (accepted already) run one after another, in call order."""
+        if action.more:
+            return await self.observe_calls(action)
         if action.kind is ActionKind.TOOL:
             name, attributes = f"execute_tool {action.call.name}", {  # type: ignore[union-attr]
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": action.call.name}  # type: ignore[union-attr]
@@ -251,6 +278,16 @@ class Run:
                 self.note("tool_error", f"{action.describe()}: {type(exc).__name__}: {exc}", action)
                 span.set("error.type", type(exc).__name__)
                 return Observation(f"Error: {type(exc).__name__}: {exc}", error=True)
+
+    async def observe_calls(self, action: Action) -> Observation:
+        """Each call of a parallel action as an action of its own, reads together, then writes in order."""
+        singles = [Action(ActionKind.TOOL, c) for c in action.calls]
+        writes = [i for i, c in enumerate(action.calls) if self.parts.tools.classify(c) is Effect.WRITE]
+        reads = [i for i in range(len(singles)) if i not in writes]
+        parts = dict(zip(reads, await asyncio.gather(*(self.observe(singles[i]) for i in reads)), strict=True))
+        for i in writes:
+            parts[i] = await self.observe(singles[i])
+        return Observation.of_calls(action.calls, [parts[i] for i in range(len(singles))])
 
     async def execute_and_commit(self, action: Action | None, author: Author) -> bool:
         """Validate, execute and commit one step. The single path by which any action has effect.

@@ -13,6 +13,8 @@
         commit: if j = n, commit the block and execute the staged write.
                 else commit the first j steps, drop the rest, and repair:
                 ã if valid(ã), else a strong step from (H, r). Repairs are not verified again.
+                A parallel staged action with some calls rejected: the accepted calls run as one
+                step, the rejected never do, and a repair replaces them.
     until the agent stops, the user stops, or max_steps.
 
 Beyond the paper, and never weakening it: a weak action that fails ``valid()`` is never executed; it
@@ -100,26 +102,37 @@ async def draft(run: Run, k: int) -> Block:
 
 
 async def commit(run: Run, block: Block, verdict: Verdict) -> None:
-    """Commit the accepted prefix; execute the staged write only if the whole block was accepted."""
+    """Commit the accepted prefix; execute the staged write only if the whole block was accepted, and of a
+    parallel staged action only the calls the verdict accepted."""
     j, n = verdict.accepted_prefix, len(block.steps)
     run.note("accepted", f"{j}/{n}")
     if j == n:
         run.commit(block.steps[:-1])
-        staged = block.steps[-1]
-        await run.execute_and_commit(staged.action, "weak")  # accepted by the verifier: may now have effect
+        accepted, rejected = verdict.split(block.steps[-1].action)
+        if rejected is not None:
+            run.note("calls_accepted", f"{len(accepted.calls)}/{len(block.steps[-1].action.calls)}", accepted)
+        await run.execute_and_commit(accepted, "weak")  # accepted by the verifier: may now have effect
+        if rejected is not None:
+            run.note("rejected", verdict.reason, rejected)
+            await repair(run, verdict)
         return
     run.commit(block.steps[:j])
     run.note("rejected", verdict.reason, block.steps[j].action)
+    await repair(run, verdict)
+
+
+async def repair(run: Run, verdict: Verdict) -> None:
+    """Replace what the verdict rejected: its fused repair if valid, else a strong step from (H, r)."""
     if run.termination is not None:
         return
-    repair = verdict.repair
-    if repair is not None and run.invalid_reason(repair) is None:
-        run.note("fused_repair", verdict.reason, repair)
+    fused = verdict.repair
+    if fused is not None and run.invalid_reason(fused) is None:
+        run.note("fused_repair", verdict.reason, fused)
         with run.span("repair", **{"specagent.repair_kind": "fused"}):
-            await run.execute_and_commit(repair, "strong")
+            await run.execute_and_commit(fused, "strong")
     else:
-        if repair is not None:
-            run.note("invalid_action", f"fused repair: {run.invalid_reason(repair)}", repair)
+        if fused is not None:
+            run.note("invalid_action", f"fused repair: {run.invalid_reason(fused)}", fused)
         await strong_repair(run, verdict.reason)
 
 

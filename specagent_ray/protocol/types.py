@@ -15,12 +15,17 @@
 - **strong repair**: one step the strong policy writes from (H, r) when ``ã`` is missing or invalid.
   Repairs are the strong model's own steps and are not verified again.
 - **committed**: a step in the history H. Only committed steps are ever graded or shown to the user.
+- **parallel action**: an action of several tool calls the policy says are independent. Its reads run
+  together; if any call is a write, the whole action is staged, and a *per-call verdict* (``calls``)
+  accepts or rejects each staged call: the accepted calls run, the rejected ones never do, and ``ã``
+  (or a strong repair) replaces them as a step of its own.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -52,15 +57,29 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """One proposed agent action. Exactly one of ``call``/``text`` is set for TOOL/MESSAGE."""
+    """One proposed agent action. Exactly one of ``call``/``text`` is set for TOOL/MESSAGE. A *parallel*
+    action holds several tool calls: ``call`` is the first and ``more`` the rest (``calls`` gives them all);
+    a one-call action has ``more == ()``, the same key and the same form as before parallel calls."""
 
     kind: ActionKind
     call: ToolCall | None = None
     text: str = ""
+    more: tuple[ToolCall, ...] = ()
 
     @staticmethod
     def tool(tool_name: str, /, **arguments: Any) -> Action:
         return Action(ActionKind.TOOL, ToolCall(tool_name, dict(arguments)))
+
+    @staticmethod
+    def parallel(calls: Sequence[ToolCall]) -> Action:
+        """One action of ``calls``, in order; a single call gives the plain one-call action."""
+        if not calls:
+            raise ValueError("a tool action needs at least one call")
+        return Action(ActionKind.TOOL, calls[0], more=tuple(calls[1:]))
+
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        return () if self.call is None else (self.call, *self.more)
 
     @staticmethod
     def message(text: str) -> Action:
@@ -73,6 +92,8 @@ class Action:
     def key(self) -> str:
         if self.kind is ActionKind.TOOL:
             assert self.call is not None
+            if self.more:  # "tools:" can never begin a one-call key ("tool:" and then a name)
+                return "tools:" + json.dumps([c.key() for c in self.calls])
             return "tool:" + self.call.key()
         return f"{self.kind.value}:{self.text}"
 
@@ -83,7 +104,7 @@ class Action:
     def describe(self) -> str:
         if self.kind is ActionKind.TOOL:
             assert self.call is not None
-            return f"{self.call.name}({json.dumps(self.call.arguments, sort_keys=True, default=str)})"
+            return "; ".join(f"{c.name}({json.dumps(c.arguments, sort_keys=True, default=str)})" for c in self.calls)
         if self.kind is ActionKind.MESSAGE:
             return f"say({self.text!r})"
         return "stop()"
@@ -102,12 +123,20 @@ class UserToolCall:
 @dataclass(frozen=True, slots=True)
 class Observation:
     """What executing an action returned. ``error`` marks tool failures and refused actions. A user's
-    reply to a message carries the tools the user ran on their side in ``user_calls``, in order."""
+    reply to a message carries the tools the user ran on their side in ``user_calls``, in order. A parallel
+    action's observation has one of ``parts`` per call, in call order; its ``content`` lists them, and its
+    ``error`` is set only when every call failed."""
 
     content: str
     error: bool = False
     user_stop: bool = False
     user_calls: tuple[UserToolCall, ...] = ()
+    parts: tuple[Observation, ...] = ()
+
+    @staticmethod
+    def of_calls(calls: Sequence[ToolCall], parts: Sequence[Observation]) -> Observation:
+        content = "\n".join(f"[{i}] {c.name}: {p.content}" for i, (c, p) in enumerate(zip(calls, parts, strict=True)))
+        return Observation(content, error=all(p.error for p in parts), parts=tuple(parts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,21 +155,52 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """``(j, r, ã)``. Built only through :meth:`checked`, so ``0 <= j <= n`` always holds in the loop."""
+    """``(j, r, ã)``. Built only through :meth:`checked`, so ``0 <= j <= n`` always holds in the loop.
+
+    ``calls`` answers call by call for a staged parallel action when the whole block is accepted (j = n):
+    True accepts that call, False rejects it, and ``r``/``ã`` then speak of the rejected calls. None accepts
+    every call of an accepted block."""
 
     accepted_prefix: int
     reason: str = ""
     repair: Action | None = None
+    calls: tuple[bool, ...] | None = None
 
-    def checked(self, n: int) -> Verdict:
-        """Return self if well formed for a block of ``n`` steps, else a full rejection saying why.
+    def checked(self, n: int, staged_calls: int = 1) -> Verdict:
+        """Return the verdict in its normal form for a block of ``n`` steps whose staged step holds
+        ``staged_calls`` calls, or a full rejection saying why it is malformed.
 
-        A malformed verdict is never trusted: j outside 0..n becomes j = 0 and its repair is dropped.
-        """
+        A malformed verdict is never trusted: j outside 0..n, or ``calls`` that are not one bool per staged
+        call, become j = 0 with no repair. ``calls`` is dropped when j < n (the staged step is rejected
+        anyway); all True is None; all False rejects the staged step (j = n - 1)."""
         j = self.accepted_prefix
         if not isinstance(j, int) or isinstance(j, bool) or not 0 <= j <= n:
             return Verdict(0, f"malformed verdict: accepted_prefix={j!r} outside 0..{n}", None)
+        if self.calls is None:
+            return self
+        calls = self.calls
+        if not isinstance(calls, tuple) or len(calls) != staged_calls or not all(isinstance(c, bool) for c in calls):
+            return Verdict(0, f"malformed verdict: calls={calls!r} is not one true/false per staged call "
+                              f"({staged_calls})", None)
+        if j < n or all(calls):
+            return Verdict(j, self.reason, self.repair)
+        if not any(calls):
+            return Verdict(n - 1, self.reason, self.repair)
         return self
+
+    @property
+    def partial(self) -> bool:
+        """Some calls of the staged action are accepted and some rejected (a checked verdict)."""
+        return self.calls is not None and not all(self.calls)
+
+    def split(self, action: Action) -> tuple[Action, Action | None]:
+        """A checked verdict's accepted calls of the staged ``action``, and its rejected ones (None if none)."""
+        if not self.partial:
+            return action, None
+        assert self.calls is not None
+        kept = [c for c, ok in zip(action.calls, self.calls, strict=True) if ok]
+        dropped = [c for c, ok in zip(action.calls, self.calls, strict=True) if not ok]
+        return Action.parallel(kept), Action.parallel(dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +268,7 @@ class Event:
     kind: Literal[
         "drafted", "staged", "accepted", "rejected", "fused_repair", "strong_repair", "escalated",
         "speculation_hit", "speculation_miss", "invalid_action", "malformed_output", "tool_error",
-        "redraft", "verifier_fallback", "strong_step",
+        "redraft", "verifier_fallback", "strong_step", "calls_accepted",
     ]
     detail: str = ""
     action: Action | None = None

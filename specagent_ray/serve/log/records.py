@@ -50,12 +50,14 @@ class ObservationJson(BaseModel):
     user_stop: bool = False
     user_calls: list[UserCallJson] | None = Field(None, description="tools the user ran on their side before "
                                                   "replying (dual-control domains only)")
+    parts: list[ObservationJson] | None = Field(None, description="a parallel action's: one per call, in order")
 
     @model_serializer(mode="wrap")
     def _without_empty_user_calls(self, handler: Any) -> dict[str, Any]:
         out = handler(self)
-        if not out.get("user_calls"):
-            out.pop("user_calls", None)
+        for optional in ("user_calls", "parts"):
+            if not out.get(optional):
+                out.pop(optional, None)
         return out
 
 
@@ -69,6 +71,7 @@ class ActionJson(BaseModel):
     name: str | None = Field(None, description="tool actions: the tool")
     arguments: dict[str, Any] | None = Field(None, description="tool actions: the call's arguments")
     text: str | None = Field(None, description="message actions: the text")
+    more: list[CallJson] | None = Field(None, description="a parallel action's calls after the first")
 
     @model_serializer(mode="wrap")
     def _only_its_fields(self, handler: Any) -> dict[str, Any]:  # a message action has no name, and so on

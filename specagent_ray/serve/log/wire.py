@@ -14,7 +14,10 @@ from ...protocol.types import Action, ActionKind, Effect, Event, Observation, St
 def action_dict(action: Action) -> dict[str, Any]:
     if action.kind is ActionKind.TOOL:
         assert action.call is not None
-        return {"kind": "tool", "name": action.call.name, "arguments": action.call.arguments}
+        out = {"kind": "tool", "name": action.call.name, "arguments": action.call.arguments}
+        if action.more:  # a one-call action keeps its old form
+            out["more"] = [{"name": c.name, "arguments": c.arguments} for c in action.more]
+        return out
     if action.kind is ActionKind.MESSAGE:
         return {"kind": "message", "text": action.text}
     return {"kind": "stop"}
@@ -23,7 +26,8 @@ def action_dict(action: Action) -> dict[str, Any]:
 def action_from(data: dict[str, Any]) -> Action:
     kind = data["kind"]
     if kind == "tool":
-        return Action.tool(data["name"], **data["arguments"])
+        more = [ToolCall(c["name"], c["arguments"]) for c in data.get("more") or ()]
+        return Action.parallel([ToolCall(data["name"], dict(data["arguments"])), *more])
     if kind == "message":
         return Action.message(data["text"])
     return Action.stop()
@@ -36,6 +40,8 @@ def observation_dict(obs: Observation | None) -> dict[str, Any] | None:
     if obs.user_calls:  # only dual-control domains have them; other records keep their old form
         out["user_calls"] = [{"name": u.call.name, "arguments": u.call.arguments, "content": u.content,
                               "error": u.error} for u in obs.user_calls]
+    if obs.parts:  # a parallel action's
+        out["parts"] = [observation_dict(p) for p in obs.parts]
     return out
 
 
@@ -44,7 +50,8 @@ def observation_from(data: dict[str, Any] | None) -> Observation | None:
         return None
     calls = tuple(UserToolCall(ToolCall(u["name"], u["arguments"]), u["content"], u.get("error", False))
                   for u in data.get("user_calls") or ())
-    return Observation(data["content"], data["error"], data["user_stop"], calls)
+    parts = tuple(observation_from(p) for p in data.get("parts") or ())
+    return Observation(data["content"], data["error"], data["user_stop"], calls, parts)  # type: ignore[arg-type]
 
 
 def step_dict(step: Step) -> dict[str, Any]:
