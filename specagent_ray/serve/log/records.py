@@ -12,6 +12,7 @@ Unknown fields are ignored on reading, so a log written by a newer version still
 from __future__ import annotations
 
 import typing
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, TypeAdapter, model_serializer
@@ -162,13 +163,18 @@ class UserMessageRecord(_Record):
 # -- the protocol's steps and tools (session.py: Session, SessionTools) ---------------------------------
 
 class Commit(_Stamped):
-    """Steps committed to the history, the write keys they settle (``None`` for reads and messages) and
-    the model calls made since the previous commit."""
+    """Steps committed to the history, the write keys they settle (``None`` for reads and messages; for a
+    parallel write, a list with one per call) and the model calls made since the previous commit."""
 
     t: Literal["commit"] = "commit"
     steps: list[StepJson]
-    keys: list[str | None]
+    keys: list[str | list[str | None] | None]
     calls: list[ModelCallJson]
+
+
+def written(keys: Sequence[str | Sequence[str | None] | None]) -> list[str]:
+    """The idempotency keys a commit's ``keys`` settle (a parallel write's step holds a list of them)."""
+    return [k for key in keys for k in ([key] if isinstance(key, str) or key is None else key) if k]
 
 
 class Intent(_Record):

@@ -37,6 +37,7 @@ from ..log.records import (
     Turn,
     UserMessageRecord,
     parse,
+    written,
 )
 from ..log.wire import event_dict, observation_dict, observation_from, step_dict, step_from
 from .turns import ENDS_TURN, Approvals, Turns
@@ -90,8 +91,8 @@ class Session:
     log_waits: MutableSequence[float] = field(default_factory=list)  # waits for an intent to be durable, s
     _calls_logged: int = 0
     _reads: int = 0  # client reads asked since the last commit
-    _last_staged: str | None = None
-    _key_of: dict[str, str] = field(default_factory=dict)  # action key -> idempotency key (uncommitted)
+    _staged_calls: frozenset[str] = frozenset()  # one-call action keys of the staged action's calls
+    _key_of: dict[str, str] = field(default_factory=dict)  # one-call action key -> idempotency key (uncommitted)
     _outside: float = 0.0
     _outside_mark: float = 0.0
     _mark: float = 0.0
@@ -161,16 +162,16 @@ class Session:
 
     def event(self, event: Event) -> None:
         if event.kind == "staged" and event.action is not None:
-            self._last_staged = event.action.key()
-        elif event.kind == "rejected":  # a repair that repeats the staged call is still the strong model's
-            self._last_staged = None
+            self._staged_calls = frozenset(map(_one_call_key, event.action.calls))
+        elif event.kind == "rejected":  # a repair that repeats a staged call is still the strong model's
+            self._staged_calls = frozenset()
         data = event_dict(event)
         self.record(ProtocolEvent(t=data.pop("kind"), **data))
 
     def committed(self, steps: Sequence[Step]) -> None:
-        keys = [self._key_of.pop(s.action.key(), None) if s.effect is Effect.WRITE else None for s in steps]
+        keys = [self._write_keys(s) for s in steps]
         self.steps.extend(steps)
-        self.committed_keys.update(k for k in keys if k)
+        self.committed_keys.update(written(keys))
         self.approvals.consumed()
         self._reads = 0
         calls = self.ledger.calls[self._calls_logged:]
@@ -180,6 +181,13 @@ class Session:
         inside = (now - self._mark) - (self._outside - self._outside_mark)
         self.overheads.append(max(inside, 0.0) / len(steps))
         self._mark, self._outside_mark = now, self._outside
+
+    def _write_keys(self, step: Step) -> str | list[str | None] | None:
+        """The idempotency keys a committed step settles: one per call of a parallel write, else one or None."""
+        if step.effect is not Effect.WRITE or not step.action.calls:
+            return None
+        keys = [self._key_of.pop(_one_call_key(c), None) for c in step.action.calls]
+        return keys if step.action.more else keys[0]
 
     def flush_calls(self) -> None:
         """Record the model calls since the last commit: the agent's turn ends before its next commit."""
@@ -214,10 +222,10 @@ class Session:
     def intent(self, call: ToolCall) -> str:
         """Record the intent to run an approved write and return its idempotency key."""
         key = f"{self.id}:w{len(self.intents)}"
-        author = "weak" if self._last_staged == Action(ActionKind.TOOL, call).key() else "strong"
+        author = "weak" if _one_call_key(call) in self._staged_calls else "strong"
         self.intents[key] = Intent(key=key, call={"name": call.name, "arguments": call.arguments}, author=author,
                                    epoch=self.epoch)
-        self._key_of[Action(ActionKind.TOOL, call).key()] = key
+        self._key_of[_one_call_key(call)] = key
         self.record(self.intents[key])
         return key
 
@@ -259,7 +267,7 @@ class Session:
             match rec:
                 case Commit(steps=steps, keys=keys, calls=calls):
                     self.steps.extend(step_from(x.model_dump()) for x in steps)
-                    self.committed_keys.update(k for k in keys if k)
+                    self.committed_keys.update(written(keys))
                     self.ledger.calls.extend(call_from(c.model_dump()) for c in calls)
                     self.approvals.consumed()
                 case Intent(key=key):
@@ -389,3 +397,7 @@ def call_from(data: dict[str, Any]) -> CallRecord:
 def summary(s: Session) -> dict[str, Any]:
     return {"session_id": s.id, "status": s.status, "committed_steps": len(s.steps),
             "termination": s.termination, "error": s.error, "events": len(s.events)}
+
+
+def _one_call_key(call: ToolCall) -> str:
+    return Action(ActionKind.TOOL, call).key()
