@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -184,6 +185,9 @@ def _quality_args(p: argparse.ArgumentParser) -> None:
                         "and retail, history elsewhere): stage, one draw of the harmful kinds per model and stage "
                         "(writes executed so far), so a re-draft repeats its mistake; history, a fresh draw each "
                         "call (see docs/simulation.md)")
+    p.add_argument("--parallel-calls", action="store_true",
+                   help="an action may hold several tool calls, and the simulated policies issue the gold path's "
+                        "independent reads together (SIMULATED; tau2 domains, see docs/simulation.md)")
     p.add_argument("--workers", type=int, default=2, help="worker processes")
     p.add_argument("--gpu", default="h20", help="GPU profile for estimates (h20, h200)")
     p.add_argument("--strong-gpus", type=int, default=16, help="GPUs holding the strong model")
@@ -282,8 +286,10 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     live = args.backend == "vllm"
     cfg = BenchConfig(
         domain=args.domain, methods=args.methods, trials=args.trials, task_ids=args.tasks,
-        spec=SpecConfig(k=args.k, max_steps=args.max_steps, review_messages=args.review_messages),
-        sim=SimSettings.for_domain(args.domain, seed=args.seed, errors_by=args.errors_by),
+        spec=SpecConfig(k=args.k, max_steps=args.max_steps, review_messages=args.review_messages,
+                        parallel_calls=args.parallel_calls),
+        sim=replace(SimSettings.for_domain(args.domain, seed=args.seed, errors_by=args.errors_by),
+                    parallel=args.parallel_calls),
         hardware=Hardware(gpu=args.gpu, strong_gpus=args.strong_gpus),
         workers=args.workers,
     )
@@ -293,6 +299,7 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     stem = f"{bench_name(cfg.domain, '-')}-{'live' if live else 'seed' + str(args.seed)}"
     own = SimSettings.for_domain(args.domain).errors_by
     stem += "" if live or args.errors_by in (None, own) else f"-errors-by-{args.errors_by}"
+    stem += "-parallel" if args.parallel_calls else ""
     store = open_results_store(args.store) if args.store else None
     if store is not None:
         store.list(stem)  # reachable, bucket exists: fail now rather than after the run
@@ -312,7 +319,7 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     if theory:
         console.print(theory_table(theory))
     meta = {"domain": cfg.domain, "trials": cfg.trials, "k": args.k, "methods": list(cfg.methods),
-            "review_messages": args.review_messages, "seed": args.seed, "backend": args.backend,
+            "review_messages": args.review_messages, "parallel_calls": args.parallel_calls, "seed": args.seed, "backend": args.backend,
             "hardware": cfg.hardware.model_dump(), "command": " ".join(sys.argv)}
     write_json(args.out / f"{stem}.json", results, summary, theory, meta, LIVE_LABELS if live else SIMULATED_LABELS)
     plot(args.out / f"{stem}.png", summary, f"{bench_name(cfg.domain)}, {cfg.trials} trial(s), {what}")

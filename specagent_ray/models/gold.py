@@ -21,6 +21,7 @@ from .simulated import (
     CONFIDENCE_AUC, DOMAIN_RATES, ERROR_CORRELATION, STRONG_RATES, STYLE, VERIFIER_RATES, WEAK_RATES, ErrorRates, GoldScript,
     SimulatedPolicy, SimulatedVerifier, Style, VerifierRates, build_script,
 )
+from .sim_parallel import gold_outputs, group_reads
 from .tokens import PrefixCache, TokenModel
 from .users import ask_user
 
@@ -47,6 +48,7 @@ class SimSettings:
     clarify: bool = True  # the script asks the user for each identifier before the first call needing it
     errors_by: Literal["history", "stage"] = "stage"  # what the error draw is keyed by (SimulatedPolicy)
     seed: int = 0
+    parallel: bool = False  # the gold path's independent reads as parallel actions (sim_parallel.py)
 
     @classmethod
     def for_domain(cls, domain: str, seed: int = 0, errors_by: Literal["history", "stage"] | None = None
@@ -72,12 +74,15 @@ def first_user_message(tau2_task: Any) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def gold_script(domain: Tau2Domain, task_id: str, clarify: bool = True) -> GoldScript:
+def gold_script(domain: Tau2Domain, task_id: str, clarify: bool = True, parallel: bool = False) -> GoldScript:
     """The gold path: the agent's gold calls, and (dual-control) a request to the user in place of each
-    of the user's own gold calls, in the task's order; ``clarify``: see ``build_script``."""
+    of the user's own gold calls, in the task's order; ``clarify``: see ``build_script``; ``parallel``:
+    runs of independent reads as one parallel action each (``sim_parallel.group_reads``)."""
     criteria = domain.tasks[task_id].evaluation_criteria
     items = [Action.tool(a.name, **a.arguments) if a.requestor == "assistant"
              else Action.message(ask_user(ToolCall(a.name, dict(a.arguments)))) for a in (criteria.actions or [])]
+    if parallel:
+        items = group_reads(items, gold_outputs(domain.name, task_id), lambda a: domain.effect(a.call.name))
     return build_script(items, criteria.communicate_info or [], lambda a: domain.effect(a.call.name),
                         SPARE_READS.get(domain.name, ()), clarify)
 
@@ -96,7 +101,7 @@ def simulated_models(domain: Tau2Domain, task_id: str, trial: int, settings: Sim
     if valid is None:
         valid = lambda a: schema_validator(domain.name).check(a.call) is None  # noqa: E731
     system_chars = len(domain.policy) + len(json.dumps(domain.openai_tools()))
-    return script_models(gold_script(domain, task_id, settings.clarify), settings, (settings.seed, domain.name, task_id, trial),
+    return script_models(gold_script(domain, task_id, settings.clarify, settings.parallel), settings, (settings.seed, domain.name, task_id, trial),
                          system_chars, valid)
 
 

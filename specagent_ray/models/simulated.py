@@ -11,10 +11,8 @@ stage and comes back on a re-draft, while its harmless choices draw afresh, so n
 
 from __future__ import annotations
 
-import functools
 import math
 import random
-from collections import Counter
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any, Callable, Literal, Sequence
@@ -22,86 +20,12 @@ from typing import Any, Callable, Literal, Sequence
 from ..protocol.types import (
     Action, ActionKind, Effect, History, Proposal, Review, Step, Verdict,
 )
+from .sim_script import (  # noqa: F401 - the script's names, where they lived before
+    ASK_FORMS, CLOSING_FORMS, CONFIRM_FORMS, GoldScript, build_script,
+)
 from .tokens import PrefixCache, TokenModel
 
 SIMULATED = "simulated"
-
-
-@dataclass(frozen=True)
-class GoldScript:
-    """The ordered items of a perfect run, each with its effect, and the equivalent forms of each item:
-    ``equivalents[i]`` are actions that make the same progress as ``items[i]`` (a message worded
-    differently; the item itself first). Empty: every item has one form."""
-
-    items: tuple[Action, ...]
-    effects: tuple[Effect, ...]
-    spare_reads: tuple[Action, ...]  # harmless reads a distracted agent might add
-    equivalents: tuple[tuple[Action, ...], ...] = ()
-
-    @functools.cached_property
-    def _canonical(self) -> dict[str, str]:
-        """Each form's key -> its item's key (computed once per script)."""
-        return {form.key(): item.key() for i, item in enumerate(self.items) for form in self.forms(i)}
-
-    def forms(self, i: int) -> tuple[Action, ...]:
-        return self.equivalents[i] if self.equivalents else (self.items[i],)
-
-    def matches(self, i: int, action: Action) -> bool:
-        """Whether ``action`` is one of item i's equivalent forms (the semantic test, not the exact one)."""
-        return any(action.same_as(form) for form in self.forms(i))
-
-    def pending(self, steps: Sequence[Step]) -> list[int]:
-        """Indices of script items not yet done in ``steps`` (executed or sent, in any equivalent form;
-        staged steps are not done). A gold call that returns an error is done too: some tau2 gold actions
-        fail by design."""
-        canonical = self._canonical
-        done = Counter(canonical.get(s.action.key(), s.action.key()) for s in steps if s.observation is not None)
-        left = []
-        for i, item in enumerate(self.items):
-            k = item.key()
-            if done[k] > 0:
-                done[k] -= 1
-            else:
-                left.append(i)
-        return left
-
-
-# Equivalent wordings of the script's own messages: a real agent says the same thing many ways. A
-# confirmation keeps its closing question (the scripted user answers it), a closing keeps its facts.
-CONFIRM_FORMS = ("I will now {}. Shall I proceed?", "Next step: {}. Shall I proceed?",
-                 "To do this I need to {}. Shall I proceed?")
-CLOSING_FORMS = ("Everything is taken care of.", "All done.", "Your request is complete.")
-ASK_FORMS = ("Could you please give me your {}?", "May I have your {}, please?", "What is your {}?")
-
-
-def build_script(gold_calls: Sequence[Action], communicate: Sequence[str], effect: Callable[[Action], Effect],
-                 spare_reads: Sequence[Action], clarify: bool = True) -> GoldScript:
-    """The gold path with what real agents add: before the first call that needs an identifier, a question
-    asking the user for it (``clarify``); before each write, a confirmation; a closing message with the
-    facts to communicate; a stop. Messages come with their equivalent wordings."""
-    forms: list[tuple[Action, ...]] = []
-    asked: set[tuple[str, str]] = set()
-    for call in gold_calls:  # tool calls, and (dual-control domains) messages asking the user to act
-        if call.kind is ActionKind.TOOL and clarify:
-            for name in _new_identifiers(call, asked):
-                forms.append(tuple(Action.message(f.format(name.replace("_", " "))) for f in ASK_FORMS))
-        if call.kind is ActionKind.TOOL and effect(call) is Effect.WRITE:
-            forms.append(tuple(Action.message(f.format(call.describe())) for f in CONFIRM_FORMS))
-        forms.append((call,))
-    facts = "".join(f" {c}." for c in communicate)
-    forms += [tuple(Action.message(f + facts) for f in CLOSING_FORMS), (Action.stop(),)]
-    items = tuple(f[0] for f in forms)
-    effects = tuple(effect(a) if a.kind is ActionKind.TOOL else Effect.WRITE for a in items)
-    reads = [a for a, e in zip(items, effects, strict=False) if e is Effect.READ and a.kind is ActionKind.TOOL]
-    return GoldScript(items, effects, tuple(reads) or tuple(spare_reads), tuple(forms))
-
-
-def _new_identifiers(call: Action, asked: set[tuple[str, str]]) -> list[str]:
-    """The call's ``*_id`` arguments whose value the user has not been asked for yet (recorded in ``asked``)."""
-    assert call.call is not None
-    new = [(k, str(v)) for k, v in sorted(call.call.arguments.items()) if k.endswith("_id") and (k, str(v)) not in asked]
-    asked.update(new)
-    return [k for k, _ in new]
 
 
 @dataclass(frozen=True)

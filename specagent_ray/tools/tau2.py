@@ -220,11 +220,13 @@ def to_tau2_messages(trajectory: Trajectory, first_user_message: str,
     messages: list[Any] = [*user_calls(opening_calls, "opening"), UserMessage(role="user", content=first_user_message)]
     for i, step in enumerate(trajectory.steps):
         action, obs = step.action, step.observation
-        if action.kind is ActionKind.TOOL and obs is not None:
-            call_id = f"call_{i}"
-            call = Tau2Call(id=call_id, name=action.call.name, arguments=action.call.arguments)  # type: ignore[union-attr]
-            messages.append(AssistantMessage(role="assistant", tool_calls=[call]))
-            messages.append(ToolMessage(id=call_id, role="tool", content=obs.content, error=obs.error))
+        if action.kind is ActionKind.TOOL and obs is not None:  # a parallel step: one message, several calls
+            ids = [f"call_{i}" if not action.more else f"call_{i}_{j}" for j in range(len(action.calls))]
+            messages.append(AssistantMessage(role="assistant", tool_calls=[
+                Tau2Call(id=k, name=c.name, arguments=c.arguments) for k, c in zip(ids, action.calls, strict=True)]))
+            results = obs.parts or (obs,)
+            messages += [ToolMessage(id=k, role="tool", content=o.content, error=o.error)
+                         for k, o in zip(ids, results, strict=True)]
         elif action.kind is ActionKind.MESSAGE and obs is not None:
             messages.append(AssistantMessage(role="assistant", content=action.text))
             messages += user_calls(obs.user_calls, str(i))

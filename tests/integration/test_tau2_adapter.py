@@ -137,3 +137,29 @@ def test_copy_on_read_environments_end_in_the_same_db_as_full_copies(domain):
 @pytest.mark.parametrize("domain", ["airline", "retail"])
 def test_copy_on_read_environments_match_full_copies_on_every_task(domain):
     check_copy_on_read(domain, limit=None)
+
+
+def test_a_parallel_step_reaches_tau2_as_one_assistant_message_with_each_call_and_its_result(airline):
+    from specagent_ray.protocol.types import Action, Observation, Step
+    from specagent_ray.tools.tau2 import to_tau2_messages
+
+    calls = [ToolCall("get_user_details", {"user_id": "mia_li_3668"}),
+             ToolCall("get_reservation_details", {"reservation_id": "NO6JO3"})]
+    tools = Tau2Tools(airline)
+    parts = tuple(asyncio.run(tools.execute(c)) for c in calls)
+    step = Step(Action.parallel(calls), Observation.of_calls(calls, parts), "weak", Effect.READ)
+    single = Step(Action.parallel(calls[:1]), parts[0], "weak", Effect.READ)
+    messages = to_tau2_messages(_trajectory([single, step]), "hi")
+    assistant = [m for m in messages if m.role == "assistant"]
+    assert [len(m.tool_calls) for m in assistant] == [1, 2]
+    assert [c.name for c in assistant[1].tool_calls] == [c.name for c in calls]
+    results = [m for m in messages if m.role == "tool"]
+    assert [r.id for r in results] == ["call_0", "call_1_0", "call_1_1"]
+    assert [r.content for r in results[1:]] == [p.content for p in parts]
+
+
+def _trajectory(steps):
+    from specagent_ray.protocol.types import History, Task, Termination, Trajectory
+
+    history = History(Task("t", "hi"))
+    return Trajectory(history.commit(tuple(steps)), Termination.AGENT_STOP, [])

@@ -1,0 +1,67 @@
+"""Parallel gold (SIMULATED): which reads of a gold path join one parallel action, and when a script's
+parallel item is done."""
+
+from __future__ import annotations
+
+from specagent_ray.models.sim_parallel import depends, group_reads
+from specagent_ray.models.sim_script import build_script
+from specagent_ray.protocol.types import Action, ActionKind, Effect, Observation, Step, ToolCall
+
+EFFECT = {"get_user": Effect.READ, "get_order": Effect.READ, "refund": Effect.WRITE}
+
+
+def effect(a: Action) -> Effect:
+    return EFFECT[a.call.name]
+
+
+def order(i: str) -> Action:
+    return Action.tool("get_order", order_id=i)
+
+
+USER = Action.tool("get_user", user_id="mia_li")
+
+
+def test_a_read_depends_on_an_earlier_one_whose_output_shows_its_argument():
+    assert depends(order("#W123").call, '{"orders": ["#W123", "#W456"]}')
+    assert not depends(order("#W789").call, '{"orders": ["#W123", "#W456"]}')
+    assert not depends(Action.tool("get_order", order_id="1", n=2).call, "order 1 of 2")  # too short to tell
+
+
+def test_independent_reads_join_one_action_and_a_dependent_read_writes_and_messages_break_it():
+    outputs = ['{"orders": ["#W1x", "#W2x"]}', "o1", "o2", "o3", None, "done", "o4"]
+    actions = [USER, order("#W1x"), order("#W2x"), order("#W3x"), Action.message("ok?"),
+               Action.tool("refund", order_id="#W1x"), order("#W4x")]
+    got = group_reads(actions, outputs, lambda a: effect(a) if a.kind is ActionKind.TOOL else Effect.WRITE)
+    # #W1x and #W2x come from get_user's output: they start a new group after it; #W3x joins them
+    assert got == [USER, Action.parallel([order("#W1x").call, order("#W2x").call, order("#W3x").call]),
+                   Action.message("ok?"), Action.tool("refund", order_id="#W1x"), order("#W4x")]
+    assert [c for a in got for c in a.calls] == [c for a in actions for c in a.calls]  # nothing lost or added
+
+
+def test_a_group_holds_at_most_cap_calls_and_never_the_same_call_twice():
+    reads = [order(f"#W{i}x") for i in range(6)] + [order("#W5x")]
+    got = group_reads(reads, ["-"] * 7, effect, cap=4)
+    assert [len(a.calls) for a in got] == [4, 2, 1]
+
+
+def test_a_parallel_item_is_done_by_one_step_or_by_its_calls_one_by_one_and_not_by_some_of_them():
+    group = Action.parallel([order("#W1x").call, order("#W2x").call])
+    script = build_script([USER, group, Action.tool("refund", order_id="#W1x")], [], effect, (), clarify=False)
+    i = script.items.index(group)
+    done = lambda *actions: [Step(a, Observation("ok"), "weak", Effect.READ) for a in actions]  # noqa: E731
+    assert i in script.pending(done(USER))
+    assert i not in script.pending(done(USER, group))
+    assert i not in script.pending(done(USER, order("#W2x"), order("#W1x")))
+    assert i in script.pending(done(USER, order("#W1x")))
+    assert i in script.pending(done(USER) + [Step(group, None, "weak", Effect.READ)])  # staged is not done
+
+
+def test_a_needless_read_is_one_call_and_a_group_is_asked_for_as_its_calls_would_be():
+    calls = [ToolCall("get_order", {"order_id": "#W1x"}), ToolCall("get_order", {"order_id": "#W2x"})]
+    group = Action.parallel(calls)
+    script = build_script([group], [], effect, ())
+    assert all(not a.more for a in script.spare_reads)
+    asks = [i for i, a in enumerate(script.items) if a.kind is ActionKind.MESSAGE and "order id" in a.text]
+    one_by_one = build_script([Action(ActionKind.TOOL, c) for c in calls], [], effect, ())
+    assert len(asks) == 2 == sum(a.kind is ActionKind.MESSAGE and "order id" in a.text for a in one_by_one.items)
+    assert max(asks) < script.items.index(group)
