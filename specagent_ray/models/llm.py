@@ -109,9 +109,11 @@ class LLMPolicy(_ModelCaller):
                       priority: PrioritySource | None = None) -> Proposal:
         messages = self.prompts.draft(history, draft, feedback)
         names: Collection[str] = self.prompts.tool_names
+        parallel = self.prompts.config.parallel_calls
         action, usage = await ask(self.backend, messages, self.prompts.action_schema, self.max_tokens,
                                   self.temperature, self.headers,
-                                  lambda text, finish: parse_action(text, names, finish), priority, self.trail)
+                                  lambda text, finish: parse_action(text, names, finish, parallel), priority,
+                                  self.trail)
         return Proposal(action, usage, 1.0)
 
 
@@ -134,9 +136,10 @@ class LLMVerifier(_ModelCaller):
                      priority: PrioritySource | None = None) -> Review:
         n = len(block)
         names: Collection[str] = self.prompts.tool_names
+        parallel = self.prompts.config.parallel_calls
         prompt = self.prompts.verify(history, block, self.criterion)
         verdict, usage = await ask(self.backend, prompt, self.prompts.verdict_schema(n),
                                    self.max_tokens, self.temperature, self.headers,
-                                   lambda text, finish: parse_verdict(text, n, names, finish), priority,
+                                   lambda text, finish: parse_verdict(text, n, names, finish, parallel), priority,
                                    self.trail)
         return Review(verdict, usage)

@@ -31,7 +31,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from ..protocol.interfaces import MalformedOutput
-from ..protocol.types import Action, ActionKind, ToolCall, Verdict
+from ..protocol.types import MAX_CALLS, Action, ActionKind, ToolCall, Verdict
 
 MAX_CHARS = 200_000  # longer output is refused before any parsing
 _THINK = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
@@ -39,23 +39,29 @@ _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 _KINDS = {k.value: k for k in ActionKind}
 
 
-def parse_action(text: object, tool_names: Collection[str], finish_reason: str | None = None) -> Action:
+def parse_action(text: object, tool_names: Collection[str], finish_reason: str | None = None,
+                 parallel: bool = False) -> Action:
     """The action in ``text``: ``{"kind": "tool", "name", "arguments"} | {"kind": "message", "text"}
-    | {"kind": "stop"}``. Raises ``MalformedOutput`` (and nothing else) if there is none."""
+    | {"kind": "stop"}``, and with ``parallel`` also ``{"kind": "tools", "calls": [{"name", "arguments"},
+    ...]}`` (at least 2, at most ``MAX_CALLS``). Raises ``MalformedOutput`` (and nothing else) if there is none."""
     try:
-        return action_from_json(load_object(text, finish_reason), tool_names)
+        return action_from_json(load_object(text, finish_reason), tool_names, parallel)
     except MalformedOutput:
         raise
     except Exception as exc:  # a bug here must still never let unparsed output through
         raise MalformedOutput(f"unparseable output ({type(exc).__name__})") from exc
 
 
-def parse_verdict(text: object, n: int, tool_names: Collection[str], finish_reason: str | None = None) -> Verdict:
+def parse_verdict(text: object, n: int, tool_names: Collection[str], finish_reason: str | None = None,
+                  parallel: bool = False) -> Verdict:
     """The verdict ``(j, r, ã)`` in ``text`` for a block of ``n`` steps:
     ``{"accepted_prefix": int, "reason": str, "repair": action | null}``. ``repair`` may be omitted and
-    is dropped when the whole block is accepted. Raises ``MalformedOutput`` (and nothing else)."""
+    is dropped when the whole block is accepted. With ``parallel``, ``calls`` (a list of booleans, or
+    null) answers the staged step's calls one by one, and the repair may be a parallel action (whether
+    ``calls`` fits the staged step is ``Verdict.checked``'s to say). Raises ``MalformedOutput`` (and
+    nothing else)."""
     try:
-        return verdict_from(load_object(text, finish_reason), n, tool_names)
+        return verdict_from(load_object(text, finish_reason), n, tool_names, parallel)
     except MalformedOutput:
         raise
     except Exception as exc:
@@ -190,10 +196,14 @@ def _kind(value: object) -> str:
 
 # -- from a JSON object to protocol values ---------------------------------------------------------
 
-def action_from_json(obj: Mapping[str, Any], tool_names: Collection[str]) -> Action:
+def action_from_json(obj: Mapping[str, Any], tool_names: Collection[str], parallel: bool = False) -> Action:
     kind = obj.get("kind")
     if "kind" not in obj:
         raise MalformedOutput("missing field 'kind'")
+    if kind == "tools":
+        if not parallel:
+            raise MalformedOutput("several tool calls in one action, and this session takes one at a time")
+        return _parallel_action(obj, tool_names)
     if not isinstance(kind, str) or kind not in _KINDS:
         raise MalformedOutput(f"kind must be one of tool, message, stop, got {_short(kind)}")
     if _KINDS[kind] is ActionKind.STOP:
@@ -201,28 +211,51 @@ def action_from_json(obj: Mapping[str, Any], tool_names: Collection[str]) -> Act
     if _KINDS[kind] is ActionKind.MESSAGE:
         text = _field(obj, "text", str, "message")
         return Action.message(text)
-    name = _field(obj, "name", str, "tool action")
+    return Action(ActionKind.TOOL, _call(obj, tool_names, "tool action"))
+
+
+def _call(obj: Mapping[str, Any], tool_names: Collection[str], what: str) -> ToolCall:
+    name = _field(obj, "name", str, what)
     if name not in tool_names:
         raise MalformedOutput(f"unknown tool {name[:80]!r}")
-    arguments = _field(obj, "arguments", dict, "tool action")
-    return Action(ActionKind.TOOL, ToolCall(name, arguments))
+    return ToolCall(name, _field(obj, "arguments", dict, what))
 
 
-def verdict_from(obj: Mapping[str, Any], n: int, tool_names: Collection[str]) -> Verdict:
+def _parallel_action(obj: Mapping[str, Any], tool_names: Collection[str]) -> Action:
+    calls = obj.get("calls")
+    if not isinstance(calls, list) or not 2 <= len(calls) <= MAX_CALLS:
+        raise MalformedOutput(f"tools action: calls must be a list of 2 to {MAX_CALLS} calls, got "
+                              f"{_kind(calls) if not isinstance(calls, list) else len(calls)}")
+    if not all(isinstance(c, dict) for c in calls):
+        raise MalformedOutput("tools action: every call must be an object")
+    return Action.parallel([_call(c, tool_names, f"tools action, call {i}") for i, c in enumerate(calls)])
+
+
+def verdict_from(obj: Mapping[str, Any], n: int, tool_names: Collection[str], parallel: bool = False) -> Verdict:
     j = _field(obj, "accepted_prefix", int, "verdict")
     if not 0 <= j <= n:
         raise MalformedOutput(f"accepted_prefix {_short(j)} outside 0..{n}")
     reason = _field(obj, "reason", str, "verdict")
+    calls = _per_call(obj.get("calls")) if parallel and j == n else None
     raw = obj.get("repair")
-    if raw is None or j == n:
-        return Verdict(j, reason, None)
+    if raw is None or (j == n and (calls is None or all(calls))):
+        return Verdict(j, reason, None, calls)
     if not isinstance(raw, dict):
         raise MalformedOutput(f"repair malformed: expected an object or null, got {_kind(raw)}")
     try:
-        repair = action_from_json(raw, tool_names)
+        repair = action_from_json(raw, tool_names, parallel)
     except MalformedOutput as exc:
         raise MalformedOutput(f"repair malformed: {exc}") from None
-    return Verdict(j, reason, repair)
+    return Verdict(j, reason, repair, calls)
+
+
+def _per_call(raw: object) -> tuple[bool, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_CALLS or not all(isinstance(c, bool) for c in raw):
+        raise MalformedOutput(f"verdict: calls must be null or a list of 1 to {MAX_CALLS} true/false, got "
+                              f"{_short(raw)}")
+    return tuple(raw)
 
 
 def _field(obj: Mapping[str, Any], key: str, typ: type, what: str) -> Any:

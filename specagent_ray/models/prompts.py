@@ -25,7 +25,7 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..protocol.types import Action, ActionKind, History, Step, Task
+from ..protocol.types import MAX_CALLS, Action, ActionKind, History, Step, Task
 
 
 class ChatMessage(TypedDict):
@@ -50,12 +50,33 @@ class PromptConfig(BaseModel):
     tool_descriptions: dict[str, str] = Field(default_factory=dict, description="tool name -> what it does")
     typed_arguments: bool = Field(True, description="constrain each tool's arguments to its own schema "
                                   "(anyOf per tool); False asks for a free-form arguments object")
+    parallel_calls: bool = Field(False, description="the model may answer several independent tool calls in "
+                                 "one action, and a verdict may accept or reject each staged call")
 
 
 # -- schemas ---------------------------------------------------------------------------------------
 
 REASON_CHARS = 300  # the engine stops a rejection reason here instead of at max_tokens
 MESSAGE_CHARS = 1000
+
+
+def with_parallel_calls(schema: dict[str, Any]) -> dict[str, Any]:
+    """An action schema that also allows ``{"kind": "tools", "calls": [{"name", "arguments"}, ...]}``,
+    each call one of the schema's own tool branches (typed) or its name and arguments (flat)."""
+    tool_branches = [b for b in schema.get("anyOf", []) if b.get("properties", {}).get("kind") == {"const": "tool"}]
+    if tool_branches:
+        call: dict[str, Any] = {"anyOf": [{**b, "required": ["name", "arguments"], "properties": {
+            k: v for k, v in b["properties"].items() if k != "kind"}} for b in tool_branches]}
+        calls = {"type": "array", "items": call, "minItems": 2, "maxItems": MAX_CALLS}
+        branch = {"type": "object", "additionalProperties": False, "required": ["kind", "calls"],
+                  "properties": {"kind": {"const": "tools"}, "calls": calls}}
+        return {**schema, "anyOf": [*schema["anyOf"], branch]}
+    props = schema["properties"]
+    call = {"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
+            "properties": {"name": props["name"], "arguments": props["arguments"]}}
+    kind = {**props["kind"], "enum": [*props["kind"]["enum"], "tools"]}
+    calls = {"type": "array", "items": call, "minItems": 2, "maxItems": MAX_CALLS}
+    return {**schema, "properties": {**props, "kind": kind, "calls": calls}}
 
 def action_schema(tool_schemas: Mapping[str, Any]) -> dict[str, Any]:
     """The schema of one action. A flat object with a ``kind`` enum, not a ``oneOf``: every engine
@@ -109,25 +130,29 @@ def _rewrite_refs(node: Any, renames: Mapping[str, str]) -> Any:
     return node
 
 
-def verdict_schema(tool_schemas: Mapping[str, Any], n: int | None = None, typed: bool = False) -> dict[str, Any]:
-    """The schema of a verdict ``(j, r, ã)``; with ``n`` the engine also enforces ``j <= n``."""
+def verdict_schema(tool_schemas: Mapping[str, Any], n: int | None = None, typed: bool = False,
+                   parallel: bool = False) -> dict[str, Any]:
+    """The schema of a verdict ``(j, r, ã)``; with ``n`` the engine also enforces ``j <= n``. With
+    ``parallel``, ``calls`` answers each call of a staged parallel action (or is null), and the repair may
+    be a parallel action."""
     prefix: dict[str, Any] = {"type": "integer", "minimum": 0}
     if n is not None:
         prefix["maximum"] = n
     action = typed_action_schema(tool_schemas) if typed and tool_schemas else action_schema(tool_schemas)
+    if parallel and tool_schemas:
+        action = with_parallel_calls(action)
     defs = action.pop("$defs", None)
     repair = {k: v for k, v in action.items() if k != "title"}
-    return {**({"$defs": defs} if defs else {}),
-        "title": "verdict",
-        "type": "object",
-        "properties": {
-            "accepted_prefix": prefix,
-            "reason": {"type": "string", "maxLength": REASON_CHARS},  # a verdict stays short
-            "repair": {"anyOf": [repair, {"type": "null"}]},
-        },
-        "required": ["accepted_prefix", "reason", "repair"],
-        "additionalProperties": False,
+    properties: dict[str, Any] = {
+        "accepted_prefix": prefix,
+        "reason": {"type": "string", "maxLength": REASON_CHARS},  # a verdict stays short
+        "repair": {"anyOf": [repair, {"type": "null"}]},
     }
+    if parallel:  # one boolean per staged call, or null
+        properties["calls"] = {"anyOf": [{"type": "array", "items": {"type": "boolean"}, "minItems": 1,
+                                          "maxItems": MAX_CALLS}, {"type": "null"}]}
+    return {**({"$defs": defs} if defs else {}), "title": "verdict", "type": "object", "properties": properties,
+            "required": list(properties), "additionalProperties": False}
 
 
 # -- rendering -------------------------------------------------------------------------------------
@@ -139,6 +164,9 @@ def _json(value: Any) -> str:
 def render_action(action: Action) -> str:
     """An action as the JSON object the model answers with: fields in the schema's order (the order
     the engine generates them in), arguments with sorted keys."""
+    if action.kind is ActionKind.TOOL and action.more:
+        calls = ", ".join(f'{{"name": {_json(c.name)}, "arguments": {_json(c.arguments)}}}' for c in action.calls)
+        return f'{{"kind": "tools", "calls": [{calls}]}}'
     if action.kind is ActionKind.TOOL and action.call is not None:
         return f'{{"kind": "tool", "name": {_json(action.call.name)}, "arguments": {_json(action.call.arguments)}}}'
     if action.kind is ActionKind.MESSAGE:
@@ -159,7 +187,10 @@ def step_messages(step: Step, observation_chars: int) -> list[ChatMessage]:
     if obs is None:
         return out
     body = truncate(obs.content, observation_chars)
-    if step.action.kind is ActionKind.TOOL and step.action.call is not None:
+    if step.action.kind is ActionKind.TOOL and step.action.more:  # the content lists each call's result
+        names = ", ".join(c.name for c in step.action.calls)
+        out.append({"role": "user", "content": f"Tool results ({names}):\n{body}"})
+    elif step.action.kind is ActionKind.TOOL and step.action.call is not None:
         label = "Tool error" if obs.error else "Tool result"
         out.append({"role": "user", "content": f"{label} ({step.action.call.name}): {body}"})
     else:
@@ -177,6 +208,9 @@ Each of your actions is exactly one JSON object, nothing else:
 - {"kind": "message", "text": "..."} sends a message to the customer;
 - {"kind": "stop"} ends the conversation once the task is done.
 Tool results come back as "Tool result (<name>): ...", the customer's replies as "Customer: ..."."""
+PARALLEL_FORMAT = """
+- {"kind": "tools", "calls": [{"name": "<tool name>", "arguments": {...}}, ...]} calls several tools at once,
+  when none of them needs another's result; their results come back together, one line each."""
 
 
 def render_system(config: PromptConfig, tool_schemas: Mapping[str, Any], task: Task) -> str:
@@ -189,7 +223,7 @@ def render_system(config: PromptConfig, tool_schemas: Mapping[str, Any], task: T
         about = config.tool_descriptions.get(name, "").strip()
         tools.append(f"## {name}\n" + (about + "\n" if about else "") + _json(tool_schemas[name]))
     parts.append("\n".join(tools))
-    parts.append(ANSWER_FORMAT)
+    parts.append(ANSWER_FORMAT + (PARALLEL_FORMAT if config.parallel_calls else ""))
     parts.append("# Task\n" + task.instruction.strip())
     return "\n\n".join(parts)
 
@@ -205,11 +239,14 @@ class Prompts:
     @cached_property
     def action_schema(self) -> dict[str, Any]:
         if self.config.typed_arguments and self.tool_schemas:
-            return typed_action_schema(self.tool_schemas)
-        return action_schema(self.tool_schemas)
+            schema = typed_action_schema(self.tool_schemas)
+        else:
+            schema = action_schema(self.tool_schemas)
+        return with_parallel_calls(schema) if self.config.parallel_calls and self.tool_schemas else schema
 
     def verdict_schema(self, n: int) -> dict[str, Any]:
-        return verdict_schema(self.tool_schemas, n, typed=self.config.typed_arguments)
+        return verdict_schema(self.tool_schemas, n, typed=self.config.typed_arguments,
+                              parallel=self.config.parallel_calls)
 
     def leading_block(self, history: History) -> list[ChatMessage]:
         """System message + H. The verify and repair prompts both begin with exactly these messages."""
@@ -260,13 +297,18 @@ def verify_instruction(block: Sequence[Step], criterion: str = "semantic") -> st
         note = "STAGED: not executed, runs only if you accept it" if step.staged else "executed"
         lines.append(f"{i}. {render_action(step.action)}  [{note}]")
     n = len(block)
+    staged = block[-1].action.calls if block and block[-1].staged else ()
+    per_call = (f" The last step holds {len(staged)} tool calls: if you accept every step, calls may answer each "
+                f"of them in order (true runs it, false never does; reason and repair then speak of the false "
+                f"ones), or be null to accept them all.") if len(staged) > 1 else ""
+    fields = ', "calls": <list of true/false, or null>' if len(staged) > 1 else ""
     return (
         f"You are now the reviewer. The last {n} action(s) above are a draft by a junior agent:\n"
         + "\n".join(lines) + "\n"
         f"Check the steps in order. {ACCEPTANCE[criterion]} accepted_prefix is the number of "
         f"leading acceptable steps (0..{n}). If it is below {n}, say in reason why the next step is not "
-        "acceptable, and give in repair the action that should replace it (or null). Answer with one JSON "
-        'object only: {"accepted_prefix": <integer>, "reason": "<text>", "repair": <action or null>}.'
+        f"acceptable, and give in repair the action that should replace it (or null).{per_call} Answer with one "
+        f'JSON object only: {{"accepted_prefix": <integer>, "reason": "<text>", "repair": <action or null>{fields}}}.'
     )
 
 

@@ -26,6 +26,7 @@ from .interfaces import (
     Verifier,
 )
 from .types import (
+    MAX_CALLS,
     Action,
     ActionKind,
     Author,
@@ -65,7 +66,7 @@ class SpecConfig:
     review_messages: bool = False
     escalate_below: float = 0.65
     parallel_calls: bool = False
-    max_calls: int = 8
+    max_calls: int = MAX_CALLS
 
     def __post_init__(self) -> None:
         if self.k < 1:

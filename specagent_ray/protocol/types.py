@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Author = Literal["weak", "strong"]
+MAX_CALLS = 8  # the most tool calls one parallel action may hold (SpecConfig.max_calls' default, the schemas)
 
 
 class Effect(str, enum.Enum):

@@ -207,3 +207,32 @@ def test_every_truncation_of_a_valid_output_is_malformed(good, parse):
     for i in range(len(good)):  # an object is complete only at its closing brace
         with pytest.raises(MalformedOutput):
             parse(good[:i])
+
+
+calls_lists = st.lists(st.fixed_dictionaries({"name": st.sampled_from(sorted(TOOLS) + ["rm_rf"]),
+                                               "arguments": st.dictionaries(st.text(max_size=4), json_values,
+                                                                            max_size=2)}) | json_values, max_size=10)
+parallel_actions = st.fixed_dictionaries({"kind": st.just("tools"), "calls": calls_lists | json_values})
+parallel_verdicts = st.fixed_dictionaries({"accepted_prefix": st.integers(-1, 9), "reason": st.text(max_size=8),
+                                           "repair": st.none() | actions | parallel_actions,
+                                           "calls": st.none() | st.lists(st.booleans() | json_values, max_size=10)
+                                           | json_values})
+parallel_outputs = st.one_of(mutated(parallel_actions), mutated(parallel_verdicts),
+                             parallel_actions.map(json.dumps), parallel_verdicts.map(json.dumps))
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=outputs | parallel_outputs, n=st.integers(1, 8))
+def test_fuzz_parsers_with_parallel_calls_only_return_valid_values_or_malformed(text, n):
+    action = check(lambda t: parse_action(t, TOOLS, None, parallel=True), text)
+    if action is not None and action.kind is ActionKind.TOOL:
+        assert 1 <= len(action.calls) <= 8 and all(c.name in TOOLS and isinstance(c.arguments, dict)
+                                                   for c in action.calls)
+    verdict = check(lambda t: parse_verdict(t, n, TOOLS, None, parallel=True), text)
+    if verdict is not None:
+        assert 0 <= verdict.accepted_prefix <= n
+        assert verdict.calls is None or (verdict.accepted_prefix == n and all(type(c) is bool for c in verdict.calls))
+        if verdict.repair is not None and verdict.repair.kind is ActionKind.TOOL:
+            assert all(c.name in TOOLS for c in verdict.repair.calls)
+    off = check(lambda t: parse_action(t, TOOLS, None), text)  # parallel off: never several calls
+    assert off is None or len(off.calls) <= 1
