@@ -185,9 +185,11 @@ def _quality_args(p: argparse.ArgumentParser) -> None:
                         "and retail, history elsewhere): stage, one draw of the harmful kinds per model and stage "
                         "(writes executed so far), so a re-draft repeats its mistake; history, a fresh draw each "
                         "call (see docs/simulation.md)")
-    p.add_argument("--parallel-calls", action="store_true",
+    p.add_argument("--parallel-calls", nargs="?", const="all", choices=("all", "reads"), default=None,
                    help="an action may hold several tool calls, and the simulated policies issue the gold path's "
-                        "independent reads together (SIMULATED; tau2 domains, see docs/simulation.md)")
+                        "independent calls together: all (the default when given: reads, and writes confirmed "
+                        "once and judged call by call) or reads only (SIMULATED; tau2 domains, see "
+                        "docs/simulation.md)")
     p.add_argument("--workers", type=int, default=2, help="worker processes")
     p.add_argument("--gpu", default="h20", help="GPU profile for estimates (h20, h200)")
     p.add_argument("--strong-gpus", type=int, default=16, help="GPUs holding the strong model")
@@ -287,9 +289,9 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     cfg = BenchConfig(
         domain=args.domain, methods=args.methods, trials=args.trials, task_ids=args.tasks,
         spec=SpecConfig(k=args.k, max_steps=args.max_steps, review_messages=args.review_messages,
-                        parallel_calls=args.parallel_calls),
+                        parallel_calls=args.parallel_calls is not None),
         sim=replace(SimSettings.for_domain(args.domain, seed=args.seed, errors_by=args.errors_by),
-                    parallel=args.parallel_calls),
+                    parallel=args.parallel_calls is not None, parallel_writes=args.parallel_calls == "all"),
         hardware=Hardware(gpu=args.gpu, strong_gpus=args.strong_gpus),
         workers=args.workers,
     )
@@ -299,7 +301,7 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     stem = f"{bench_name(cfg.domain, '-')}-{'live' if live else 'seed' + str(args.seed)}"
     own = SimSettings.for_domain(args.domain).errors_by
     stem += "" if live or args.errors_by in (None, own) else f"-errors-by-{args.errors_by}"
-    stem += "-parallel" if args.parallel_calls else ""
+    stem += {None: "", "all": "-parallel", "reads": "-parallel-reads"}[args.parallel_calls]
     store = open_results_store(args.store) if args.store else None
     if store is not None:
         store.list(stem)  # reachable, bucket exists: fail now rather than after the run

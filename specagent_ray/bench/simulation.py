@@ -28,6 +28,6 @@ def simulated_parts(domain: Tau2Domain, task_id: str, trial: int, settings: SimS
     the scripted user (who runs their own tools in dual-control domains), an empty ledger."""
     tools = tools or Tau2Tools(domain, task=domain.tasks[task_id])
     weak, strong, verifier = simulated_models(domain, task_id, trial, settings,
-                                              lambda a: tools.validate(a.call) is None)
+                                              lambda a: all(tools.validate(c) is None for c in a.calls))
     user = GoldUser(user_requests(domain, task_id), tools.execute_user)
     return simulated_task(domain, task_id), Parts(weak, strong, verifier, tools, user, Ledger())

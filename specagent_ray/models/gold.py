@@ -21,7 +21,7 @@ from .simulated import (
     CONFIDENCE_AUC, DOMAIN_RATES, ERROR_CORRELATION, STRONG_RATES, STYLE, VERIFIER_RATES, WEAK_RATES, ErrorRates, GoldScript,
     SimulatedPolicy, SimulatedVerifier, Style, VerifierRates, build_script,
 )
-from .sim_parallel import gold_outputs, group_reads
+from .sim_parallel import gold_outputs, group_calls
 from .tokens import PrefixCache, TokenModel
 from .users import ask_user
 
@@ -48,7 +48,8 @@ class SimSettings:
     clarify: bool = True  # the script asks the user for each identifier before the first call needing it
     errors_by: Literal["history", "stage"] = "stage"  # what the error draw is keyed by (SimulatedPolicy)
     seed: int = 0
-    parallel: bool = False  # the gold path's independent reads as parallel actions (sim_parallel.py)
+    parallel: bool = False  # the gold path's independent calls as parallel actions (sim_parallel.py)
+    parallel_writes: bool = True  # with parallel: writes too, not only reads
 
     @classmethod
     def for_domain(cls, domain: str, seed: int = 0, errors_by: Literal["history", "stage"] | None = None
@@ -74,15 +75,18 @@ def first_user_message(tau2_task: Any) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def gold_script(domain: Tau2Domain, task_id: str, clarify: bool = True, parallel: bool = False) -> GoldScript:
+def gold_script(domain: Tau2Domain, task_id: str, clarify: bool = True, parallel: bool = False,
+                writes: bool = True) -> GoldScript:
     """The gold path: the agent's gold calls, and (dual-control) a request to the user in place of each
     of the user's own gold calls, in the task's order; ``clarify``: see ``build_script``; ``parallel``:
-    runs of independent reads as one parallel action each (``sim_parallel.group_reads``)."""
+    runs of independent reads, and with ``writes`` of independent writes, as one parallel action each
+    (``sim_parallel.group_calls``)."""
     criteria = domain.tasks[task_id].evaluation_criteria
     items = [Action.tool(a.name, **a.arguments) if a.requestor == "assistant"
              else Action.message(ask_user(ToolCall(a.name, dict(a.arguments)))) for a in (criteria.actions or [])]
     if parallel:
-        items = group_reads(items, gold_outputs(domain.name, task_id), lambda a: domain.effect(a.call.name))
+        items = group_calls(items, gold_outputs(domain.name, task_id), lambda a: domain.effect(a.call.name),
+                            writes=writes)
     return build_script(items, criteria.communicate_info or [], lambda a: domain.effect(a.call.name),
                         SPARE_READS.get(domain.name, ()), clarify)
 
@@ -99,9 +103,10 @@ def simulated_models(domain: Tau2Domain, task_id: str, trial: int, settings: Sim
     """The weak policy, strong policy and verifier of one run (SIMULATED), with fresh prefix caches.
     ``valid`` defaults to the domain's schema check (no environment needed)."""
     if valid is None:
-        valid = lambda a: schema_validator(domain.name).check(a.call) is None  # noqa: E731
+        valid = lambda a: all(schema_validator(domain.name).check(c) is None for c in a.calls)  # noqa: E731
     system_chars = len(domain.policy) + len(json.dumps(domain.openai_tools()))
-    return script_models(gold_script(domain, task_id, settings.clarify, settings.parallel), settings, (settings.seed, domain.name, task_id, trial),
+    return script_models(gold_script(domain, task_id, settings.clarify, settings.parallel, settings.parallel_writes),
+                         settings, (settings.seed, domain.name, task_id, trial),
                          system_chars, valid)
 
 

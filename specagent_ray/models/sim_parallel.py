@@ -1,12 +1,13 @@
-"""Parallel gold (SIMULATED): the reads of a task's gold path that a model could issue at once.
+"""Parallel gold (SIMULATED): the calls of a task's gold path that a model could issue at once.
 
 A modern model emits several tool calls in one turn when none needs another's result. Here that is
 decided from the gold path itself: its calls are replayed once, in order, in a fresh environment of the
-task, and a read *depends* on an earlier one if one of its argument values (a string, or a number, of at
-least ``MIN_VALUE_CHARS`` characters) appears in that read's output. Consecutive reads with no
-dependency between them, at most ``cap``, become one parallel action; writes, messages and reads that
-depend on the group stay as they were. Only reads are grouped: a write keeps its own confirmation and
-its own verdict.
+task, and a call *depends* on an earlier one if one of its argument values (a string, or a number, of at
+least ``MIN_VALUE_CHARS`` characters) appears in that call's output. Consecutive calls of the same effect
+with no dependency between them, at most ``cap``, become one parallel action: reads with reads, and
+(``writes``) writes with writes that also share no identifier (``*_id`` argument value), so that two
+changes of one order or reservation stay one after the other. Messages, and a call that depends on the
+group, stay as they were. A group of writes is confirmed once and judged call by call.
 """
 
 from __future__ import annotations
@@ -38,12 +39,18 @@ def depends(call: ToolCall, output: str) -> bool:
     return any(v in output for v in _values(call.arguments))
 
 
-def group_reads(actions: Sequence[Action], outputs: Sequence[str | None], effect: Callable[[Action], Effect],
-                cap: int = CAP) -> list[Action]:
-    """``actions`` with runs of independent reads joined into parallel actions. ``outputs[i]`` is what
-    ``actions[i]`` returned in the replay (None for what is not a tool call)."""
+def _identifiers(call: ToolCall) -> set[tuple[str, str]]:
+    return {(k, str(v)) for k, v in call.arguments.items() if k.endswith("_id")}
+
+
+def group_calls(actions: Sequence[Action], outputs: Sequence[str | None], effect: Callable[[Action], Effect],
+                cap: int = CAP, writes: bool = True) -> list[Action]:
+    """``actions`` with runs of independent reads (and, with ``writes``, of independent writes) joined into
+    parallel actions. ``outputs[i]`` is what ``actions[i]`` returned in the replay (None for what is not a
+    tool call)."""
     out: list[Action] = []
     group: list[tuple[ToolCall, str]] = []
+    kind: Effect | None = None
 
     def close() -> None:
         if group:
@@ -51,13 +58,17 @@ def group_reads(actions: Sequence[Action], outputs: Sequence[str | None], effect
             group.clear()
 
     for action, output in zip(actions, outputs, strict=True):
-        if action.kind is not ActionKind.TOOL or effect(action) is not Effect.READ or action.call is None:
+        e = effect(action) if action.kind is ActionKind.TOOL and action.call is not None else None
+        if e is None or (e is Effect.WRITE and not writes):
             close()
             out.append(action)
             continue
         call = action.call
-        if len(group) >= cap or any(call == c or depends(call, o) for c, o in group):
+        assert call is not None
+        if e is not kind or len(group) >= cap or any(call == c or depends(call, o) for c, o in group) or (
+                e is Effect.WRITE and any(_identifiers(call) & _identifiers(c) for c, _ in group)):
             close()
+        kind = e
         group.append((call, output or ""))
     close()
     return out
@@ -80,3 +91,24 @@ def gold_outputs(domain_name: str, task_id: str) -> tuple[str | None, ...]:
             continue
         out.append(env.get_response(Tau2Call(id=f"gold_{i}", name=a.name, arguments=dict(a.arguments))).content or "")
     return tuple(out)
+
+
+def judge_calls(want: Action, staged: Action, rates: Any, rng_of: Callable[[ToolCall], Any]
+                ) -> tuple[tuple[bool, ...], str, Action | None]:
+    """A simulated semantic verdict on ``staged``'s calls against ``want``, what is left of a parallel gold
+    item: a call is acceptable iff it is one of ``want``'s calls (each at most once); each answer is then
+    flipped at the judge's rates (a false reject of an acceptable call, a false accept of a wrong one),
+    drawn per call. Returns the answers, the reason for the rejected ones, and the strong model's version
+    of what they should have done (the wanted calls no accepted call covers), for a fused repair."""
+    wanted = {c.key(): c for c in want.calls}
+    answers = []
+    for call in staged.calls:
+        ok = wanted.pop(call.key(), None) is not None
+        flip = rng_of(call).random() < (rates.false_reject if ok else rates.false_accept)
+        answers.append(ok != flip)
+    accepted = {c.key() for c, a in zip(staged.calls, answers, strict=True) if a}
+    rest = [c for c in want.calls if c.key() not in accepted]
+    wrong = [c for c, a in zip(staged.calls, answers, strict=True) if not a]
+    reason = ("expected " + "; ".join(f"{c.name}({c.arguments})" for c in rest) + ", not " +
+              "; ".join(f"{c.name}({c.arguments})" for c in wrong)) if wrong else ""
+    return tuple(answers), reason, Action.parallel(rest) if rest and wrong else None

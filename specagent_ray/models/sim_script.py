@@ -43,6 +43,20 @@ class GoldScript:
         """Indices of script items not yet done in ``steps`` (executed or sent, in any equivalent form;
         staged steps are not done). A gold call that returns an error is done too: some tau2 gold actions
         fail by design."""
+        return self._progress(steps)[0]
+
+    def todo(self, i: int, steps: Sequence[Step]) -> Action:
+        """What is left of pending item ``i`` after ``steps``: the item, or for a parallel item whose calls
+        were partly done already (one by one, or by a partial accept), only the calls not done yet."""
+        item = self.items[i]
+        if not item.more:
+            return item
+        left, done = self._progress(steps)
+        rest = [c for c in item.calls if not _take(done, one_call_key(c))]
+        return Action.parallel(rest) if rest else item
+
+    def _progress(self, steps: Sequence[Step]) -> tuple[list[int], Counter[str]]:
+        """The pending items' indices, and what ``steps`` did that no done item accounts for."""
         canonical = self._canonical
         done: Counter[str] = Counter()
         for s in steps:
@@ -59,7 +73,7 @@ class GoldScript:
                 done.subtract(need)
             else:
                 left.append(i)
-        return left
+        return left, done
 
 
 # Equivalent wordings of the script's own messages: a real agent says the same thing many ways. A
@@ -81,7 +95,7 @@ def build_script(gold_calls: Sequence[Action], communicate: Sequence[str], effec
         if call.kind is ActionKind.TOOL and clarify:
             for name in _new_identifiers(call, asked):
                 forms.append(tuple(Action.message(f.format(name.replace("_", " "))) for f in ASK_FORMS))
-        if call.kind is ActionKind.TOOL and effect(call) is Effect.WRITE:  # a parallel item holds reads only
+        if call.kind is ActionKind.TOOL and effect(call) is Effect.WRITE:  # a group of writes: one confirmation
             forms.append(tuple(Action.message(f.format(call.describe())) for f in CONFIRM_FORMS))
         forms.append((call,))
     facts = "".join(f" {c}." for c in communicate)
@@ -107,3 +121,11 @@ def _new_identifiers(call: Action, asked: set[tuple[str, str]]) -> list[str]:
 def one_call_key(call: ToolCall) -> str:
     """The key of ``call`` as a one-call action."""
     return Action(ActionKind.TOOL, call).key()
+
+
+def _take(done: Counter[str], key: str) -> bool:
+    """Whether ``done`` holds ``key``, taking one if so."""
+    if done[key] > 0:
+        done[key] -= 1
+        return True
+    return False

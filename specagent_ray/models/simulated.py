@@ -20,6 +20,7 @@ from typing import Any, Callable, Literal, Sequence
 from ..protocol.types import (
     Action, ActionKind, Effect, History, Proposal, Review, Step, Verdict,
 )
+from .sim_parallel import judge_calls
 from .sim_script import (  # noqa: F401 - the script's names, where they lived before
     ASK_FORMS, CLOSING_FORMS, CONFIRM_FORMS, GoldScript, build_script,
 )
@@ -144,6 +145,17 @@ def mutate(action: Action, rng: random.Random, valid: Callable[[Action], bool] =
     return action
 
 
+def mutate_one(action: Action, rng: random.Random, valid: Callable[[Action], bool] = lambda a: True) -> Action:
+    """``mutate`` for an action of one call; of a parallel action, one call (drawn by ``rng``) mutated."""
+    if not action.more:
+        return mutate(action, rng, valid)
+    calls = list(action.calls)
+    i = rng.randrange(len(calls))
+    swap = lambda c: Action.parallel([*calls[:i], c, *calls[i + 1:]])  # noqa: E731
+    wrong = mutate(Action(ActionKind.TOOL, calls[i]), rng, lambda a: valid(swap(a.call)))
+    return swap(wrong.call)
+
+
 def _perturb(value: Any, rng: random.Random) -> Any:
     if isinstance(value, bool):
         return not value
@@ -218,7 +230,7 @@ class SimulatedPolicy:
 
         # Harmful kinds take the lowest slices, in the same order for every model, so that two models
         # whose draws are correlated err in the same way; harmless kinds come after.
-        item, effect = items[nxt], effects[nxt]
+        item, effect = self.script.todo(nxt, steps), effects[nxt]
         is_write = effect is Effect.WRITE and item.kind is ActionKind.TOOL
         later = [i for i in left[1:] if effects[i] is Effect.WRITE and items[i].kind is ActionKind.TOOL]
         # Per stage, an early stop or a premature write is tried at the stage's opening only: after a
@@ -228,17 +240,17 @@ class SimulatedPolicy:
             if opening:
                 return Action.stop(), True
         elif is_write and draw(r.wrong_arg):
-            wrong = mutate(item, rng, self.valid)
+            wrong = mutate_one(item, rng, self.valid)
             return wrong, not wrong.same_as(item)
         elif not is_write and later and draw(r.premature_write) and opening:
             early = items[later[0]]
-            return (mutate(early, rng, self.valid) if rng.random() < 0.5 else early), True
+            return (mutate_one(early, rng, self.valid) if rng.random() < 0.5 else early), True
         u = u if rest is None else rest
         if draw(r.needless_read):
             spare = self.script.spare_reads
             return spare[rng.randrange(len(spare))], True
         if effect is Effect.READ and len(left) > 1 and draw(r.skipped_read):
-            return items[left[1]], True
+            return self.script.todo(left[1], steps), True
         return self._styled(left, steps, own), False
 
     def _styled(self, left: list[int], steps: Sequence[Step], rng: random.Random) -> Action:
@@ -256,7 +268,9 @@ class SimulatedPolicy:
                 break
             reads.append(i)
         if style.reorder_reads and len(reads) > 1:
-            return script.items[reads[rng.randrange(len(reads))]]
+            return script.todo(reads[rng.randrange(len(reads))], steps)
+        if script.items[left[0]].more:
+            return script.todo(left[0], steps)
         forms = script.forms(left[0])
         return forms[rng.randrange(len(forms))]
 
@@ -324,9 +338,15 @@ class SimulatedVerifier:
 
     async def verify(self, history: History, block: Sequence[Step]) -> Review:
         self.calls += 1
-        j, reason, repair = len(block), "", None
+        j, reason, repair, calls = len(block), "", None, None
         for i, step in enumerate(block):
             context = history.steps + tuple(block[:i])
+            judged = self._per_call(context, step)
+            if judged is not None:  # a staged parallel write, or a staged part of one: call by call
+                calls, reason, repair = judged
+                if calls is not None and not any(calls):
+                    j, calls = i, None
+                break
             ok, why = self.acceptable(context, step)
             own = self.strong.next_action(context)[0] if self.criterion == "exact" else None
             rng = _rng(*self.seed, "verifier", *self._state(context), step.action.key())
@@ -337,10 +357,24 @@ class SimulatedVerifier:
             if ok == flip:  # rejected: a bad step caught, or a fine one falsely rejected
                 j, reason, repair = i, why or "judged unhelpful (false rejection)", own
                 break
-        fused = j < len(block) and _rng(*self.seed, "fused", self.calls).random() < self.rates.fused_repair
+        rejected = j < len(block) or (calls is not None and not all(calls))
+        fused = rejected and _rng(*self.seed, "fused", self.calls).random() < self.rates.fused_repair
         if not fused:
             repair = None
         elif repair is None:  # the semantic judge: the strong policy's own step at the rejection
             repair, _ = self.strong.next_action(history.steps + tuple(block[:j]))
         usage = self.tokens.verify_usage(self.cache, history, block, repair)
-        return Review(Verdict(j, reason, repair), usage)
+        return Review(Verdict(j, reason, repair, calls if calls is not None and not all(calls) else None), usage)
+
+    def _per_call(self, context: Sequence[Step], step: Step) -> tuple[tuple[bool, ...] | None, str, Action | None] | None:
+        """The semantic judge of a staged write that is, or is part of, a parallel gold item: each call is
+        acceptable iff it is one of the item's calls not done yet, and the judge's noise is drawn per call.
+        None where the step is judged whole (``acceptable``)."""
+        if self.criterion != "semantic" or not step.staged or step.action.kind is not ActionKind.TOOL:
+            return None
+        left = self.script.pending(context)
+        want = self.script.todo(left[0], context) if left else None
+        if want is None or want.kind is not ActionKind.TOOL or not (want.more or step.action.more):
+            return None
+        return judge_calls(want, step.action, self.rates,
+                           lambda c: _rng(*self.seed, "verifier", *self._state(context), "call", c.key()))

@@ -163,3 +163,28 @@ def _trajectory(steps):
 
     history = History(Task("t", "hi"))
     return Trajectory(history.commit(tuple(steps)), Termination.AGENT_STOP, [])
+
+
+@pytest.mark.parametrize("weak_errs", [False, True])
+def test_parallel_gold_writes_run_once_each_and_a_rejected_call_never_runs(weak_errs):
+    """Retail task 11's gold path holds a group of independent writes. Parallel calls on, a judge without
+    noise: every gold write runs exactly once, and a weak write with a wrong argument (always, with
+    ``weak_errs``) never runs; the task is solved."""
+    from dataclasses import replace
+
+    from specagent_ray.models.simulated import VerifierRates
+
+    retail = Tau2Domain.load("retail")
+    settings = replace(SimSettings(strong=ErrorRates(), weak=ErrorRates(wrong_arg=1.0 if weak_errs else 0.0),
+                                   verifier=VerifierRates(false_accept=0.0, false_reject=0.0)), parallel=True)
+    task, parts = simulated_parts(retail, "11", 0, settings)
+    traj = asyncio.run(METHODS["specagent"](task, parts, SpecConfig(parallel_calls=True)))
+    gold = [ToolCall(a.name, a.arguments) for a in retail.tasks["11"].evaluation_criteria.actions
+            if retail.effect(a.name) is Effect.WRITE]
+    writes = [c for c in parts.tools.executed if retail.effect(c.name) is Effect.WRITE]
+    assert sorted(w.key() for w in writes) == sorted(g.key() for g in gold)
+    assert Grader(retail).reward("11", traj, task.instruction) == 1.0
+    if weak_errs:  # one call of the group was wrong: the others ran, it was repaired
+        assert traj.count("calls_accepted") >= 1 and traj.count("rejected") >= 1
+    else:
+        assert any(s.action.more and s.effect is Effect.WRITE for s in traj.steps)  # the group ran as one step

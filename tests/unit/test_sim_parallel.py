@@ -3,7 +3,7 @@ parallel item is done."""
 
 from __future__ import annotations
 
-from specagent_ray.models.sim_parallel import depends, group_reads
+from specagent_ray.models.sim_parallel import depends, group_calls
 from specagent_ray.models.sim_script import build_script
 from specagent_ray.protocol.types import Action, ActionKind, Effect, Observation, Step, ToolCall
 
@@ -31,7 +31,7 @@ def test_independent_reads_join_one_action_and_a_dependent_read_writes_and_messa
     outputs = ['{"orders": ["#W1x", "#W2x"]}', "o1", "o2", "o3", None, "done", "o4"]
     actions = [USER, order("#W1x"), order("#W2x"), order("#W3x"), Action.message("ok?"),
                Action.tool("refund", order_id="#W1x"), order("#W4x")]
-    got = group_reads(actions, outputs, lambda a: effect(a) if a.kind is ActionKind.TOOL else Effect.WRITE)
+    got = group_calls(actions, outputs, lambda a: effect(a) if a.kind is ActionKind.TOOL else Effect.WRITE)
     # #W1x and #W2x come from get_user's output: they start a new group after it; #W3x joins them
     assert got == [USER, Action.parallel([order("#W1x").call, order("#W2x").call, order("#W3x").call]),
                    Action.message("ok?"), Action.tool("refund", order_id="#W1x"), order("#W4x")]
@@ -40,7 +40,7 @@ def test_independent_reads_join_one_action_and_a_dependent_read_writes_and_messa
 
 def test_a_group_holds_at_most_cap_calls_and_never_the_same_call_twice():
     reads = [order(f"#W{i}x") for i in range(6)] + [order("#W5x")]
-    got = group_reads(reads, ["-"] * 7, effect, cap=4)
+    got = group_calls(reads, ["-"] * 7, effect, cap=4)
     assert [len(a.calls) for a in got] == [4, 2, 1]
 
 
@@ -65,3 +65,46 @@ def test_a_needless_read_is_one_call_and_a_group_is_asked_for_as_its_calls_would
     one_by_one = build_script([Action(ActionKind.TOOL, c) for c in calls], [], effect, ())
     assert len(asks) == 2 == sum(a.kind is ActionKind.MESSAGE and "order id" in a.text for a in one_by_one.items)
     assert max(asks) < script.items.index(group)
+
+
+def refund(order: str, amount: int = 5) -> Action:
+    return Action.tool("refund", order_id=order, amount=amount)
+
+
+def test_independent_writes_join_and_writes_on_one_object_or_mixed_with_reads_do_not():
+    actions = [refund("#W1x"), refund("#W2x"), refund("#W2x", 7), order("#W3x"), refund("#W4x")]
+    got = group_calls(actions, ["ok"] * 5, effect)
+    assert got == [Action.parallel([refund("#W1x").call, refund("#W2x").call]), refund("#W2x", 7), order("#W3x"),
+                   refund("#W4x")]
+    assert group_calls(actions[:2], ["ok"] * 2, effect, writes=False) == actions[:2]
+
+
+def test_a_write_group_is_confirmed_once_and_a_partly_done_group_asks_only_for_the_rest():
+    group = Action.parallel([refund("#W1x").call, refund("#W2x").call])
+    script = build_script([group], [], effect, (), clarify=False)
+    confirmations = [a for a in script.items if a.kind is ActionKind.MESSAGE and "Shall I proceed" in a.text]
+    assert len(confirmations) == 1 and "#W1x" in confirmations[0].text and "#W2x" in confirmations[0].text
+    i = script.items.index(group)
+    first = [Step(confirmations[0], Observation("yes"), "weak", Effect.WRITE),
+             Step(refund("#W2x"), Observation("ok"), "weak", Effect.WRITE)]
+    assert script.todo(i, first) == refund("#W1x")
+    assert script.todo(i, first[:1]) == group
+
+
+def test_the_simulated_judge_answers_call_by_call_and_repairs_only_what_it_rejected():
+    from specagent_ray.models.sim_parallel import judge_calls
+    from specagent_ray.models.simulated import VerifierRates, mutate_one, _rng
+
+    exact = VerifierRates(false_accept=0.0, false_reject=0.0)
+    want = Action.parallel([refund("#W1x").call, refund("#W2x").call])
+    rng = lambda c: _rng("t", c.key())  # noqa: E731
+    assert judge_calls(want, want, exact, rng) == ((True, True), "", None)
+    wrong = Action.parallel([refund("#W1x").call, refund("#W2x", 50).call])
+    answers, reason, repair = judge_calls(want, wrong, exact, rng)
+    assert answers == (True, False) and repair == refund("#W2x") and "#W2x" in reason
+    twice = Action.parallel([refund("#W1x").call, refund("#W1x").call])
+    assert judge_calls(want, twice, exact, rng)[0] == (True, False)  # a wanted call counts once
+    always_wrong = VerifierRates(false_accept=1.0, false_reject=0.0)
+    assert judge_calls(want, wrong, always_wrong, rng)[0] == (True, True)  # the judge's noise, per call
+    one = mutate_one(want, _rng("m"))
+    assert sum(a != b for a, b in zip(one.calls, want.calls)) == 1
