@@ -286,6 +286,8 @@ def _bench_tau2(args: argparse.Namespace, console: Console) -> int:
     from .protocol.runtime import SpecConfig
 
     live = args.backend == "vllm"
+    if args.parallel_calls and args.domain.startswith("bfcl-"):
+        raise ValueError("--parallel-calls: BFCL's simulated gold path has no parallel calls (tau2 domains only)")
     cfg = BenchConfig(
         domain=args.domain, methods=args.methods, trials=args.trials, task_ids=args.tasks,
         spec=SpecConfig(k=args.k, max_steps=args.max_steps, review_messages=args.review_messages,
@@ -364,7 +366,8 @@ def _run_live(args: argparse.Namespace, cfg, advance):
         live = LiveConfig(weak=weak, strong=strong, user=user, domain=cfg.domain, methods=cfg.methods,
                           task_ids=tuple(task_ids(cfg)), trials=cfg.trials, spec=cfg.spec, hardware=cfg.hardware,
                           prices=prices, max_tokens=args.max_tokens,
-                          prompt=PromptConfig(policy=_policy(cfg.domain), observation_chars=args.observation_chars))
+                          prompt=PromptConfig(policy=_policy(cfg.domain), observation_chars=args.observation_chars,
+                                              parallel_calls=cfg.spec.parallel_calls))
         return run_live(live, advance)
 
 

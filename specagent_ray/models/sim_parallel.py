@@ -109,6 +109,6 @@ def judge_calls(want: Action, staged: Action, rates: Any, rng_of: Callable[[Tool
     accepted = {c.key() for c, a in zip(staged.calls, answers, strict=True) if a}
     rest = [c for c in want.calls if c.key() not in accepted]
     wrong = [c for c, a in zip(staged.calls, answers, strict=True) if not a]
-    reason = ("expected " + "; ".join(f"{c.name}({c.arguments})" for c in rest) + ", not " +
-              "; ".join(f"{c.name}({c.arguments})" for c in wrong)) if wrong else ""
+    said = lambda calls: "; ".join(f"{c.name}({c.arguments})" for c in calls)  # noqa: E731
+    reason = "" if not wrong else f"expected {said(rest)}, not {said(wrong)}" if rest else f"not needed: {said(wrong)}"
     return tuple(answers), reason, Action.parallel(rest) if rest and wrong else None

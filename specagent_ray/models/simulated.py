@@ -361,7 +361,7 @@ class SimulatedVerifier:
         fused = rejected and _rng(*self.seed, "fused", self.calls).random() < self.rates.fused_repair
         if not fused:
             repair = None
-        elif repair is None:  # the semantic judge: the strong policy's own step at the rejection
+        elif repair is None and j < len(block):  # the semantic judge: the strong policy's own step there
             repair, _ = self.strong.next_action(history.steps + tuple(block[:j]))
         usage = self.tokens.verify_usage(self.cache, history, block, repair)
         return Review(Verdict(j, reason, repair, calls if calls is not None and not all(calls) else None), usage)
@@ -374,7 +374,7 @@ class SimulatedVerifier:
             return None
         left = self.script.pending(context)
         want = self.script.todo(left[0], context) if left else None
-        if want is None or want.kind is not ActionKind.TOOL or not (want.more or step.action.more):
+        if want is None or want.kind is not ActionKind.TOOL or not (self.script.items[left[0]].more or step.action.more):
             return None
         return judge_calls(want, step.action, self.rates,
                            lambda c: _rng(*self.seed, "verifier", *self._state(context), "call", c.key()))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from .interfaces import EngineUnavailable
 from .runtime import Parts, Run, SpecConfig
-from .types import ActionKind, Effect, History, Step, Task, Trajectory, Verdict
+from .types import Action, ActionKind, Effect, History, Step, Task, Trajectory, Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,26 +114,35 @@ async def commit(run: Run, block: Block, verdict: Verdict) -> None:
         await run.execute_and_commit(accepted, "weak")  # accepted by the verifier: may now have effect
         if rejected is not None:
             run.note("rejected", verdict.reason, rejected)
-            await repair(run, verdict)
+            await repair(run, verdict, ran=accepted)
         return
     run.commit(block.steps[:j])
     run.note("rejected", verdict.reason, block.steps[j].action)
     await repair(run, verdict)
 
 
-async def repair(run: Run, verdict: Verdict) -> None:
-    """Replace what the verdict rejected: its fused repair if valid, else a strong step from (H, r)."""
+async def repair(run: Run, verdict: Verdict, ran: Action | None = None) -> None:
+    """Replace what the verdict rejected: its fused repair if valid, else a strong step from (H, r). After
+    a partial accept, a fused repair that repeats a call of ``ran`` (the accepted calls) is invalid: that
+    call already ran, and running it again would be a second write."""
     if run.termination is not None:
         return
     fused = verdict.repair
-    if fused is not None and run.invalid_reason(fused) is None:
+    why = None if fused is None else run.invalid_reason(fused) or _repeats(fused, ran)
+    if fused is not None and why is None:
         run.note("fused_repair", verdict.reason, fused)
         with run.span("repair", **{"specagent.repair_kind": "fused"}):
             await run.execute_and_commit(fused, "strong")
     else:
         if fused is not None:
-            run.note("invalid_action", f"fused repair: {run.invalid_reason(fused)}", fused)
+            run.note("invalid_action", f"fused repair: {why}", fused)
         await strong_repair(run, verdict.reason)
+
+
+def _repeats(fused: Action, ran: Action | None) -> str | None:
+    done = {c.key() for c in ran.calls} if ran is not None else set()
+    again = [c.name for c in fused.calls if c.key() in done]
+    return f"it repeats {', '.join(again)}, which already ran" if again else None
 
 
 async def strong_step(run: Run) -> None:

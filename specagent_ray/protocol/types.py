@@ -136,7 +136,10 @@ class Observation:
 
     @staticmethod
     def of_calls(calls: Sequence[ToolCall], parts: Sequence[Observation]) -> Observation:
-        content = "\n".join(f"[{i}] {c.name}: {p.content}" for i, (c, p) in enumerate(zip(calls, parts, strict=True)))
+        """A parallel action's observation: one line per call, ``[i] name: result`` (``name (error)`` for a
+        call that failed), and the parts themselves."""
+        content = "\n".join(f"[{i}] {c.name}{' (error)' if p.error else ''}: {p.content}"
+                            for i, (c, p) in enumerate(zip(calls, parts, strict=True)))
         return Observation(content, error=all(p.error for p in parts), parts=tuple(parts))
 
 

@@ -159,3 +159,15 @@ def test_a_parallel_step_round_trips_through_the_log_wire():
     assert step_from(step_dict(step)) == step
     assert action_from(action_dict(Action.parallel([R1]))) == Action.tool("lookup", id="a")
     assert "more" not in action_dict(Action.tool("lookup", id="a"))  # single calls keep their old form
+
+
+async def test_a_fused_repair_that_repeats_an_accepted_call_is_refused_so_no_write_runs_twice():
+    """A verifier's repair for the rejected calls of a partial accept must not run an accepted call again
+    (it would get a new idempotency key): such a repair is invalid, and the strong policy repairs."""
+    parts, cfg = make(weak=[Action.parallel([W1, W2]), STOP],
+                      verdicts=[Verdict(1, "b gets 3", Action.parallel([W1, ToolCall("refund", {"id": "b", "amount": 3})]),
+                                        calls=(True, False))],
+                      strong=[Action.tool("refund", id="b", amount=3)])
+    traj = await run(parts, cfg)
+    assert [c for c in parts.tools.executed] == [W1, ToolCall("refund", {"id": "b", "amount": 3})]
+    assert any(e.kind == "invalid_action" and "already ran" in e.detail for e in traj.events)

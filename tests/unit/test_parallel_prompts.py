@@ -76,7 +76,7 @@ def test_the_schemas_allow_parallel_calls_and_per_call_answers_only_when_asked()
 def test_the_prompts_show_each_calls_result_and_ask_the_reviewer_call_by_call():
     obs = Observation.of_calls(TWO.calls, [Observation("record a"), Observation("refunded", error=True)])
     messages = step_messages(Step(TWO, obs, "weak", Effect.WRITE), 1000)
-    assert messages[1]["content"].startswith("Tool results (lookup, refund):") and "[1] refund: refunded" in \
+    assert messages[1]["content"].startswith("Tool results (lookup, refund):") and "[1] refund (error): refunded" in \
         messages[1]["content"]
     staged = verify_instruction([Step(TWO, None, "weak", Effect.WRITE)])
     assert '"calls"' in staged and "2 tool calls" in staged

@@ -108,3 +108,26 @@ def test_the_simulated_judge_answers_call_by_call_and_repairs_only_what_it_rejec
     assert judge_calls(want, wrong, always_wrong, rng)[0] == (True, True)  # the judge's noise, per call
     one = mutate_one(want, _rng("m"))
     assert sum(a != b for a, b in zip(one.calls, want.calls)) == 1
+
+
+def test_the_judge_accepts_the_last_call_of_a_partly_done_group_and_never_repairs_with_what_ran():
+    from specagent_ray.models.gold import script_models, SimSettings
+    from specagent_ray.models.simulated import ErrorRates, VerifierRates
+    from specagent_ray.protocol.types import History, Task
+    import asyncio
+
+    group = Action.parallel([refund("#W1x").call, refund("#W2x").call])
+    script = build_script([group], [], effect, (), clarify=False)
+    exact = SimSettings(weak=ErrorRates(), strong=ErrorRates(),
+                        verifier=VerifierRates(false_accept=0.0, false_reject=0.0, fused_repair=1.0))
+    _, _, judge = script_models(script, exact, ("t",), 100, lambda a: True)
+    confirm = script.items[0]
+    done = (Step(confirm, Observation("yes"), "weak", Effect.WRITE), Step(refund("#W2x"), Observation("ok"), "weak",
+                                                                          Effect.WRITE))
+    history = History(Task("t", "x")).commit(done)
+    review = asyncio.run(judge.verify(history, [Step(refund("#W1x"), None, "weak", Effect.WRITE)]))
+    assert review.verdict.accepted_prefix == 1 and review.verdict.calls is None
+    extra = Action.parallel([refund("#W1x").call, refund("#W2x").call, refund("#W9x").call])
+    review = asyncio.run(judge.verify(History(Task("t", "x")).commit(done[:1]), [Step(extra, None, "weak", Effect.WRITE)]))
+    assert review.verdict.calls == (True, True, False) and "not needed" in review.verdict.reason
+    assert review.verdict.repair is None  # never the accepted calls again

@@ -170,6 +170,8 @@ class Session:
 
     def committed(self, steps: Sequence[Step]) -> None:
         keys = [self._write_keys(s) for s in steps]
+        if any(s.author == "weak" and s.effect is Effect.WRITE for s in steps):
+            self._staged_calls = frozenset()  # the staged calls ran: a later strong write is the strong's
         self.steps.extend(steps)
         self.committed_keys.update(written(keys))
         self.approvals.consumed()

@@ -32,6 +32,7 @@ class ToolHost:
 
     def __init__(self, crash: tuple[ToolCall, str] | None = None):
         self.crash, self.runs, self.results = crash, {}, {}
+        self.effects: dict[str, int] = {}  # call -> how often it really ran, under any key
 
     async def run(self, call: ToolCall, key: str | None) -> Observation:
         if self.crash and self.crash[0] == call and self.crash[1] == "before":
@@ -40,6 +41,7 @@ class ToolHost:
         if key is not None and key in self.results:
             return self.results[key]
         self.runs[key or call.key()] = self.runs.get(key or call.key(), 0) + 1
+        self.effects[call.key()] = self.effects.get(call.key(), 0) + 1
         obs = Observation(f"done {call.arguments['id']}")
         if key is not None:
             self.results[key] = obs
@@ -65,11 +67,13 @@ async def run(s: Session, host: ToolHost, weak, verdicts) -> None:
     await run_specagent(s.task, parts, SpecConfig(k=3, parallel_calls=True))
 
 
-async def restarted(records: list[dict], host: ToolHost) -> Session:
-    s = session([])
+async def restarted(records: list[dict], host: ToolHost) -> tuple[Session, list[dict]]:
+    """The session rebuilt from ``records`` after a restart, its intents finished; and the records it added."""
+    added: list[dict] = []
+    s = session(added)
     s.restore(records)
     await SessionTools(s, CATALOG, host.run, nothing).finish_intents()
-    return s
+    return s, added
 
 
 async def test_a_committed_parallel_write_settles_every_key_and_a_restart_runs_none_again():
@@ -81,8 +85,8 @@ async def test_a_committed_parallel_write_settles_every_key_and_a_restart_runs_n
     assert [i.author for i in s.intents.values()] == ["weak", "weak"]
     assert next(r for r in records if r["t"] == "commit" and r["steps"][0]["action"].get("more"))["keys"] == \
         [[None, "s1:w0", "s1:w1"]]
-    again = await restarted(records, host)
-    assert again.unresolved_intents() == [] and host.runs == {"s1:w0": 1, "s1:w1": 1, READ.key(): 1}
+    again, added = await restarted(records, host)
+    assert again.unresolved_intents() == [] and added == [] and host.runs == {"s1:w0": 1, "s1:w1": 1, READ.key(): 1}
     assert [x.action for x in again.steps] == [x.action for x in s.steps]
 
 
@@ -92,14 +96,13 @@ async def test_a_crash_between_the_accepted_writes_of_one_action_runs_neither_tw
     records, host = [], ToolHost(crash=(crash_at, when))
     with pytest.raises(Crash):
         await run(session(records), host, [Action.parallel([W1, W2])], [])
-    again = await restarted(records, host)
-    assert all(n == 1 for n in host.runs.values())  # no key ran twice
+    again, added = await restarted(records, host)
     assert again.unresolved_intents() == []
-    ran = {k for k in host.runs}
+    assert host.effects == {c.key(): 1 for c in (W1, W2)[:len(host.effects)]}  # each write ran once, in order
     committed = [x.action.call for x in again.steps]
-    assert len(committed) == len(ran) and all(x.author == "weak" for x in again.steps)
-    third = await restarted(records + again.events[len(records):], host)  # and a second restart runs nothing
-    assert third.unresolved_intents() == [] and all(n == 1 for n in host.runs.values())
+    assert committed == [c for c in (W1, W2) if c.key() in host.effects] and all(x.author == "weak" for x in again.steps)
+    third, more = await restarted(records + added, host)  # and a second restart runs nothing
+    assert third.unresolved_intents() == [] and more == [] and all(n == 1 for n in host.effects.values())
 
 
 async def test_a_rejected_call_of_a_parallel_write_never_gets_an_intent():
@@ -108,3 +111,14 @@ async def test_a_rejected_call_of_a_parallel_write_never_gets_an_intent():
     await run(s, host, [Action.parallel([W1, W2]), Action.stop()], [Verdict(1, "not b", calls=(True, False))])
     assert [i.call.arguments["id"] for i in s.intents.values()] == ["a"]
     assert host.runs == {"s1:w0": 1}
+
+
+async def test_a_strong_write_that_repeats_a_call_the_weak_model_ran_is_labelled_strong():
+    records, host = [], ToolHost()
+    s = session(records)
+    tools = SessionTools(s, CATALOG, host.run, nothing)
+    invalid = Action.tool("refund", id="a")  # no amount: refused, so the strong model repairs
+    parts = Parts(ScriptedPolicy([Action.parallel([W1]), invalid]), ScriptedPolicy([Action.parallel([W1]), Action.stop()]),
+                  ScriptedVerifier([]), tools, ScriptedUser(), s.ledger, journal=s)
+    await run_specagent(s.task, parts, SpecConfig(k=3))
+    assert [i.author for i in s.intents.values()] == ["weak", "strong"]
