@@ -2,8 +2,8 @@
 
 A ``GoldScript`` is the path a perfect agent takes through one task: the task's gold tool calls, a
 confirmation message before each write, a closing message that carries the facts the task expects the
-agent to communicate, and a stop. An item may be a parallel action of several independent reads
-(``sim_parallel.py``); it is done once each of its calls is, in one step or in several.
+agent to communicate, and a stop. An item may be a parallel action of several independent reads or
+writes (``sim_parallel.py``); it is done once each of its calls is, in one step or in several.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..protocol.types import Action, ActionKind, Effect, Step, ToolCall
+from ..protocol.types import Action, ActionKind, Effect, Step
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,8 @@ class GoldScript:
         item = self.items[i]
         if not item.more:
             return item
-        left, done = self._progress(steps)
-        rest = [c for c in item.calls if not _take(done, one_call_key(c))]
+        _, done = self._progress(steps)
+        rest = [c for c in item.calls if not _take(done, c.action_key())]
         return Action.parallel(rest) if rest else item
 
     def _progress(self, steps: Sequence[Step]) -> tuple[list[int], Counter[str]]:
@@ -63,12 +63,12 @@ class GoldScript:
             if s.observation is None:
                 continue
             if s.action.more:  # a parallel step does each of its calls
-                done.update(one_call_key(c) for c in s.action.calls)
+                done.update(c.action_key() for c in s.action.calls)
             else:
                 done[canonical.get(s.action.key(), s.action.key())] += 1
         left = []
         for i, item in enumerate(self.items):
-            need = Counter(one_call_key(c) for c in item.calls) if item.more else Counter({item.key(): 1})
+            need = Counter(c.action_key() for c in item.calls) if item.more else Counter({item.key(): 1})
             if all(done[k] >= n for k, n in need.items()):
                 done.subtract(need)
             else:
@@ -116,11 +116,6 @@ def _new_identifiers(call: Action, asked: set[tuple[str, str]]) -> list[str]:
                 if k.endswith("_id") and (k, str(v)) not in asked and (k, str(v)) not in new]
     asked.update(new)
     return [k for k, _ in new]
-
-
-def one_call_key(call: ToolCall) -> str:
-    """The key of ``call`` as a one-call action."""
-    return Action(ActionKind.TOOL, call).key()
 
 
 def _take(done: Counter[str], key: str) -> bool:

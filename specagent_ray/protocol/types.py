@@ -55,6 +55,10 @@ class ToolCall:
         """Canonical form: two calls are the same call iff their keys are equal."""
         return self.name + json.dumps(self.arguments, sort_keys=True, default=str)
 
+    def action_key(self) -> str:
+        """The key of this call as a one-call action (``Action.key``)."""
+        return "tool:" + self.key()
+
 
 @dataclass(frozen=True, slots=True)
 class Action:
@@ -95,7 +99,7 @@ class Action:
             assert self.call is not None
             if self.more:  # "tools:" can never begin a one-call key ("tool:" and then a name)
                 return "tools:" + json.dumps([c.key() for c in self.calls])
-            return "tool:" + self.call.key()
+            return self.call.action_key()
         return f"{self.kind.value}:{self.text}"
 
     def same_as(self, other: Action | None) -> bool:

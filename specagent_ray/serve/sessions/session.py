@@ -162,7 +162,7 @@ class Session:
 
     def event(self, event: Event) -> None:
         if event.kind == "staged" and event.action is not None:
-            self._staged_calls = frozenset(map(_one_call_key, event.action.calls))
+            self._staged_calls = frozenset(c.action_key() for c in event.action.calls)
         elif event.kind == "rejected":  # a repair that repeats a staged call is still the strong model's
             self._staged_calls = frozenset()
         data = event_dict(event)
@@ -188,7 +188,7 @@ class Session:
         """The idempotency keys a committed step settles: one per call of a parallel write, else one or None."""
         if step.effect is not Effect.WRITE or not step.action.calls:
             return None
-        keys = [self._key_of.pop(_one_call_key(c), None) for c in step.action.calls]
+        keys = [self._key_of.pop(c.action_key(), None) for c in step.action.calls]
         return keys if step.action.more else keys[0]
 
     def flush_calls(self) -> None:
@@ -224,10 +224,10 @@ class Session:
     def intent(self, call: ToolCall) -> str:
         """Record the intent to run an approved write and return its idempotency key."""
         key = f"{self.id}:w{len(self.intents)}"
-        author = "weak" if _one_call_key(call) in self._staged_calls else "strong"
+        author = "weak" if call.action_key() in self._staged_calls else "strong"
         self.intents[key] = Intent(key=key, call={"name": call.name, "arguments": call.arguments}, author=author,
                                    epoch=self.epoch)
-        self._key_of[_one_call_key(call)] = key
+        self._key_of[call.action_key()] = key
         self.record(self.intents[key])
         return key
 
@@ -399,7 +399,3 @@ def call_from(data: dict[str, Any]) -> CallRecord:
 def summary(s: Session) -> dict[str, Any]:
     return {"session_id": s.id, "status": s.status, "committed_steps": len(s.steps),
             "termination": s.termination, "error": s.error, "events": len(s.events)}
-
-
-def _one_call_key(call: ToolCall) -> str:
-    return Action(ActionKind.TOOL, call).key()
