@@ -15,6 +15,7 @@ from .types import (
     Proposal,
     Review,
     Step,
+    Tier,
     ToolCall,
     Usage,
 )
@@ -74,6 +75,14 @@ class ToolAdapter(Protocol):
     async def execute(self, call: ToolCall) -> Observation: ...
 
 
+@runtime_checkable
+class TieredTools(Protocol):
+    """A tool adapter that knows risk tiers (tools/tiers.py). ``tier`` may raise a call above what
+    ``classify`` says (a side-effecting read is staged like a write); the runtime never lets it lower one."""
+
+    def tier(self, call: ToolCall) -> Tier: ...
+
+
 class User(Protocol):
     """The other side of the conversation. ``reply`` returns the user's answer to an agent message."""
 
@@ -81,7 +90,8 @@ class User(Protocol):
 
 
 # "prefill": the serving layer's prefill of H ahead of a verify (serve/engines/prefill_ahead.py), never the protocol's
-Purpose = Literal["draft", "verify", "repair", "step", "speculate", "escalate", "prefill"]
+# "confirm": the strong policy's own step, written to check a critical call (protocol/review.py)
+Purpose = Literal["draft", "verify", "repair", "step", "speculate", "escalate", "prefill", "confirm"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,12 @@
   together; if any call is a write, the whole action is staged, and a *per-call verdict* (``calls``)
   accepts or rejects each staged call: the accepted calls run, the rejected ones never do, and ``ã``
   (or a strong repair) replaces them as a step of its own.
+- **tier**: how much a tool call may cost if wrong: ``read`` (runs at once), ``write`` (staged, one
+  verdict) or ``critical`` (staged; a verdict plus an independent *second check* before it runs). A call's
+  tier is the highest its tool adapter and its effect give it; an adapter can raise a tier, never lower it.
+- **mid verifier**: an optional smaller verifier that reviews each block first (the three-tier chain). It
+  settles a block alone only for the tiers the operator allows; otherwise it *escalates* the block to the
+  strong verifier, whose verdict is final.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Author = Literal["weak", "strong"]
+Author = Literal["weak", "mid", "strong"]
 MAX_CALLS = 8  # the most tool calls one parallel action may hold (SpecConfig.max_calls' default, the schemas)
 
 
@@ -38,6 +44,34 @@ class Effect(str, enum.Enum):
 
     READ = "read"
     WRITE = "write"
+
+
+class Tier(str, enum.Enum):
+    """Risk tier of a tool call, ordered READ < WRITE < CRITICAL. READ runs at once; WRITE and CRITICAL are
+    staged (``effect`` WRITE); CRITICAL also needs a second check (protocol/review.py)."""
+
+    READ = "read"
+    WRITE = "write"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return _TIER_RANK[self]
+
+    @property
+    def effect(self) -> Effect:
+        return Effect.READ if self is Tier.READ else Effect.WRITE
+
+    @staticmethod
+    def of(effect: Effect) -> Tier:
+        return Tier.READ if effect is Effect.READ else Tier.WRITE
+
+    @staticmethod
+    def highest(tiers: Sequence[Tier]) -> Tier:
+        return max(tiers, key=lambda t: t.rank, default=Tier.READ)
+
+
+_TIER_RANK = {Tier.READ: 0, Tier.WRITE: 1, Tier.CRITICAL: 2}
 
 
 class ActionKind(str, enum.Enum):
@@ -276,7 +310,7 @@ class Event:
     kind: Literal[
         "drafted", "staged", "accepted", "rejected", "fused_repair", "strong_repair", "escalated",
         "speculation_hit", "speculation_miss", "invalid_action", "malformed_output", "tool_error",
-        "redraft", "verifier_fallback", "strong_step", "calls_accepted",
+        "redraft", "verifier_fallback", "strong_step", "calls_accepted", "second_check", "settled_by_mid",
     ]
     detail: str = ""
     action: Action | None = None
