@@ -21,10 +21,12 @@ from .interfaces import (
     Purpose,
     SpanHandle,
     Spans,
+    TieredTools,
     ToolAdapter,
     User,
     Verifier,
 )
+from .review import ChainRule, CriticalCheck
 from .types import (
     MAX_CALLS,
     Action,
@@ -38,6 +40,8 @@ from .types import (
     Step,
     Task,
     Termination,
+    Tier,
+    ToolCall,
     Trajectory,
     Usage,
     Verdict,
@@ -59,6 +63,8 @@ class SpecConfig:
     escalate_below: AgentCollab's confidence threshold for handing a step to the strong model.
     parallel_calls: whether an action may hold several tool calls (at most ``max_calls``). Off, such an
         action is invalid: never executed, and the strong policy writes that step.
+    critical: the second check a CRITICAL call needs after its verdict (protocol/review.py).
+    chain: what a mid verifier, if ``Parts.mid`` is set, may settle without the strong one.
     """
 
     k: int = 6
@@ -67,6 +73,8 @@ class SpecConfig:
     escalate_below: float = 0.65
     parallel_calls: bool = False
     max_calls: int = MAX_CALLS
+    critical: CriticalCheck = CriticalCheck()
+    chain: ChainRule = ChainRule()
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -80,7 +88,8 @@ class Parts:
     """The pieces one run is made of. ``clock`` is injected so tests and benches control time;
     ``spans`` receives the run's structure (no-op unless telemetry is wired in); ``journal`` receives
     every event and commit (no-op unless a served session follows the run); ``block_size`` picks each
-    block's K (None: always ``SpecConfig.k``)."""
+    block's K (None: always ``SpecConfig.k``); ``mid`` is the three-tier chain's mid verifier (None: the
+    strong verifier reviews every block)."""
 
     weak: Policy
     strong: Policy
@@ -92,6 +101,7 @@ class Parts:
     spans: Spans = field(default_factory=NoSpans)
     journal: Journal = field(default_factory=NoJournal)
     block_size: BlockSize | None = None
+    mid: Verifier | None = None
 
 
 @dataclass
@@ -112,6 +122,7 @@ class Run:
 
     def __post_init__(self) -> None:
         self.history = self.start if self.start is not None else History(self.task)
+        self._tiered = isinstance(self.parts.tools, TieredTools)
 
     # -- the run's life -------------------------------------------------------------------------
 
@@ -172,13 +183,27 @@ class Run:
     # -- guarded calls --------------------------------------------------------------------------
 
     def classify(self, action: Action) -> Effect:
-        """A tool action is a WRITE if any of its calls is one (a parallel action is staged whole)."""
+        """A tool action is a WRITE if any of its calls is one by tier (a parallel action is staged whole)."""
         if action.kind is ActionKind.TOOL:
-            classify = self.parts.tools.classify
-            return Effect.WRITE if any(classify(c) is Effect.WRITE for c in action.calls) else Effect.READ
+            return self.tier(action).effect
         if action.kind is ActionKind.MESSAGE and not self.config.review_messages:
             return Effect.READ  # sent without review; it still ends the block (see SpecConfig)
         return Effect.WRITE  # a stop ends the session: staged and reviewed
+
+    def tier(self, action: Action) -> Tier:
+        """The highest tier of a tool action's calls; a message or a stop has its effect's tier."""
+        if action.kind is ActionKind.TOOL:
+            return Tier.highest([self.call_tier(c) for c in action.calls])
+        return Tier.of(self.classify(action))
+
+    def call_tier(self, call: ToolCall) -> Tier:
+        """The higher of what the adapter's ``classify`` and (if it knows tiers) its ``tier`` say: a tier
+        table can raise a call (a side-effecting read is staged), never lower one."""
+        base = Tier.of(self.parts.tools.classify(call))
+        if not self._tiered:
+            return base
+        raised = self.parts.tools.tier(call)  # type: ignore[attr-defined]
+        return raised if isinstance(raised, Tier) and raised.rank > base.rank else base
 
     def invalid_reason(self, action: object) -> str | None:
         """The paper's ``valid()``, with the reason kept for the trajectory."""
@@ -245,6 +270,30 @@ class Run:
         staged = block[-1].action.calls if block and block[-1].staged else ()
         return verdict.checked(len(block), max(len(staged), 1))
 
+    async def verify_mid(self, block: Sequence[Step]) -> tuple[Verdict, float] | str:
+        """One mid-verifier call over H + block: its checked verdict and confidence, or why it cannot be used
+        (malformed, unavailable): the chain escalates then, never accepts."""
+        assert self.parts.mid is not None
+        with self.model_span("mid", "verify") as span:
+            start = self.parts.clock()
+            try:
+                review = await self.parts.mid.verify(self.history, block)
+            except MalformedOutput as exc:
+                self.record("mid", "verify", exc, start, span)
+                return f"malformed mid verdict: {exc}"
+            except EngineUnavailable as exc:
+                span.set("error.type", "engine_unavailable")
+                return f"mid verifier unavailable: {exc}"
+            self.record("mid", "verify", review, start, span)
+        verdict, confidence = review.verdict, getattr(review, "confidence", None)
+        if not isinstance(verdict, Verdict) or not isinstance(confidence, (int, float)) or confidence != confidence:
+            return f"malformed mid verdict: {type(verdict).__name__}, confidence {confidence!r}"
+        staged = block[-1].action.calls if block and block[-1].staged else ()
+        checked = verdict.checked(len(block), max(len(staged), 1))
+        if checked.reason.startswith("malformed verdict"):  # ours, or the model's own words: escalate either way
+            return f"mid: {checked.reason}"
+        return checked, float(confidence)
+
     def span(self, name: str, **attributes: object):
         return self.parts.spans.span(name, attributes)
 
@@ -283,7 +332,7 @@ class Run:
     async def observe_calls(self, action: Action) -> Observation:
         """Each call of a parallel action as an action of its own, reads together, then writes in order."""
         singles = [Action(ActionKind.TOOL, c) for c in action.calls]
-        writes = [i for i, c in enumerate(action.calls) if self.parts.tools.classify(c) is Effect.WRITE]
+        writes = [i for i, c in enumerate(action.calls) if self.call_tier(c).effect is Effect.WRITE]
         reads = [i for i in range(len(singles)) if i not in writes]
         parts = dict(zip(reads, await asyncio.gather(*(self.observe(singles[i]) for i in reads)), strict=True))
         for i in writes:

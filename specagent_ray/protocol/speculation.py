@@ -9,7 +9,8 @@
                the first WRITE is staged as (a, ⊥) and ends the draft;
                a message to the user ends the draft (sent, or staged if messages are reviewed).
         if the draft holds no staged action: commit it without review; continue.
-        verify: (j, r, ã) <- V_S(H, draft), one strong call.
+        verify: (j, r, ã) <- V_S(H, draft), one strong call (review.py: a mid verifier may settle it
+                first; a CRITICAL call needs a second check too).
         commit: if j = n, commit the block and execute the staged write.
                 else commit the first j steps, drop the rest, and repair:
                 ã if valid(ã), else a strong step from (H, r). Repairs are not verified again.
@@ -29,8 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .interfaces import EngineUnavailable
+from .review import Ruling, review
 from .runtime import Parts, Run, SpecConfig
-from .types import Action, ActionKind, Effect, History, Step, Task, Trajectory, Verdict
+from .types import Action, ActionKind, Author, Effect, History, Step, Task, Trajectory, Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +69,10 @@ async def run_specagent(task: Task, parts: Parts, config: SpecConfig = SpecConfi
                 if block.refused is not None:
                     await strong_repair(run, block.refused)
                 continue
-            verdict = await run.verify(block.steps)
-            span.set("specagent.accepted_prefix", verdict.accepted_prefix)
-            run.reviewed(block.steps, verdict)
-            await commit(run, block, verdict)
+            ruling = await review(run, block.steps)
+            span.set("specagent.accepted_prefix", ruling.verdict.accepted_prefix)
+            run.reviewed(block.steps, ruling.verdict)
+            await commit(run, block, ruling)
     return run.trajectory()
 
 
@@ -101,9 +103,10 @@ async def draft(run: Run, k: int) -> Block:
     return Block(tuple(steps))
 
 
-async def commit(run: Run, block: Block, verdict: Verdict) -> None:
+async def commit(run: Run, block: Block, ruling: Ruling) -> None:
     """Commit the accepted prefix; execute the staged write only if the whole block was accepted, and of a
     parallel staged action only the calls the verdict accepted."""
+    verdict = ruling.verdict
     j, n = verdict.accepted_prefix, len(block.steps)
     run.note("accepted", f"{j}/{n}")
     if j == n:
@@ -114,17 +117,17 @@ async def commit(run: Run, block: Block, verdict: Verdict) -> None:
         await run.execute_and_commit(accepted, "weak")  # accepted by the verifier: may now have effect
         if rejected is not None:
             run.note("rejected", verdict.reason, rejected)
-            await repair(run, verdict, ran=accepted)
+            await repair(run, verdict, ran=accepted, judge=ruling.judge)
         return
     run.commit(block.steps[:j])
     run.note("rejected", verdict.reason, block.steps[j].action)
-    await repair(run, verdict)
+    await repair(run, verdict, judge=ruling.judge)
 
 
-async def repair(run: Run, verdict: Verdict, ran: Action | None = None) -> None:
+async def repair(run: Run, verdict: Verdict, ran: Action | None = None, judge: Author = "strong") -> None:
     """Replace what the verdict rejected: its fused repair if valid, else a strong step from (H, r). After
     a partial accept, a fused repair that repeats a call of ``ran`` (the accepted calls) is invalid: that
-    call already ran, and running it again would be a second write."""
+    call already ran, and running it again would be a second write. A fused repair is its judge's step."""
     if run.termination is not None:
         return
     fused = verdict.repair
@@ -132,7 +135,7 @@ async def repair(run: Run, verdict: Verdict, ran: Action | None = None) -> None:
     if fused is not None and why is None:
         run.note("fused_repair", verdict.reason, fused)
         with run.span("repair", **{"specagent.repair_kind": "fused"}):
-            await run.execute_and_commit(fused, "strong")
+            await run.execute_and_commit(fused, judge)
     else:
         if fused is not None:
             run.note("invalid_action", f"fused repair: {why}", fused)

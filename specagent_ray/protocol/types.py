@@ -268,10 +268,12 @@ class Proposal:
 
 @dataclass(frozen=True, slots=True)
 class Review:
-    """A verifier's answer: the (unchecked) verdict and what it cost."""
+    """A verifier's answer: the (unchecked) verdict, what it cost, and its self-reported confidence in 0..1
+    (the chain's mid verifier escalates under ``ChainRule.escalate_below``; the strong one's is not read)."""
 
     verdict: Verdict
     usage: Usage = Usage()
+    confidence: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,166 @@
+"""Risk tiers in the loop: a weak CRITICAL call never runs on one verdict alone. It needs the verdict and an
+independent second check (the strong policy's agreement, or k verdicts); a missing, malformed or dissenting
+second check keeps it from running. A tier table can raise a call's tier, never lower it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specagent_ray.costs.ledger import Ledger
+from specagent_ray.models.scripted import ScriptedPolicy, ScriptedUser, ScriptedVerifier
+from specagent_ray.protocol import METHODS, Action, Effect, MalformedOutput, Parts, SpecConfig, Task, Tier, Verdict
+from specagent_ray.protocol.interfaces import EngineUnavailable, TieredTools
+from specagent_ray.protocol.review import CriticalCheck
+from specagent_ray.protocol.types import ToolCall
+from specagent_ray.tools.scripted import InMemoryTools, ToolSpec, object_schema
+
+LOOKUP = Action.tool("lookup", id="a")
+REFUND = Action.tool("refund", id="a", amount=50)  # critical: money leaves
+BIG_NOTE = Action.tool("note", id="a", text="x")   # a write
+CANCEL = Action.tool("cancel", id="a")             # a read by effect, raised to critical by the table
+STOP = Action.stop()
+
+
+class TieredInMemory(InMemoryTools):
+    """In-memory tools with a tier table: refund and cancel are critical; lookup stays a read."""
+
+    def __init__(self, specs, tiers):
+        super().__init__(specs)
+        self.tiers = tiers
+
+    def tier(self, call: ToolCall) -> Tier:
+        return self.tiers.get(call.name, Tier.READ)
+
+
+def make(weak=(), strong=(), verdicts=(), tiers=None, **cfg):
+    specs = {
+        "lookup": ToolSpec(Effect.READ, object_schema(id="string"), lambda id: f"record {id}"),
+        "cancel": ToolSpec(Effect.READ, object_schema(id="string")),
+        "refund": ToolSpec(Effect.WRITE, object_schema(id="string", amount="integer")),
+        "note": ToolSpec(Effect.WRITE, object_schema(id="string", text="string")),
+    }
+    tiers = {"refund": Tier.CRITICAL, "cancel": Tier.CRITICAL} if tiers is None else tiers
+    tools = TieredInMemory(specs, tiers)
+    parts = Parts(ScriptedPolicy(weak), ScriptedPolicy(strong), ScriptedVerifier(verdicts), tools,
+                  ScriptedUser(), Ledger())
+    return parts, SpecConfig(**cfg)
+
+
+async def run(parts, config):
+    return await METHODS["specagent"](Task("t", "help"), parts, config)
+
+
+def executed(parts, name):
+    return [c for c in parts.tools.executed if c.name == name]
+
+
+def test_the_adapter_is_tiered_and_tiers_are_ordered():
+    parts, _ = make()
+    assert isinstance(parts.tools, TieredTools)
+    assert Tier.READ.rank < Tier.WRITE.rank < Tier.CRITICAL.rank
+    assert Tier.highest([Tier.WRITE, Tier.CRITICAL, Tier.READ]) is Tier.CRITICAL
+    assert Tier.CRITICAL.effect is Effect.WRITE and Tier.READ.effect is Effect.READ
+
+
+async def test_a_critical_call_the_strong_policy_agrees_with_runs_once():
+    parts, cfg = make(weak=[LOOKUP, REFUND, STOP], strong=[REFUND])
+    traj = await run(parts, cfg)
+    assert executed(parts, "refund") == [REFUND.call]
+    assert traj.steps[1].action == REFUND and traj.steps[1].author == "weak"
+    assert traj.count("second_check") == 1
+    (_, draft, _), = parts.strong.calls  # the strong step is written from H and the accepted prefix
+    assert [s.action for s in draft] == [LOOKUP]
+
+
+async def test_a_critical_call_the_strong_policy_disagrees_with_never_runs_and_the_strong_step_replaces_it():
+    right = Action.tool("refund", id="a", amount=40)
+    parts, cfg = make(weak=[REFUND, STOP], strong=[right])
+    traj = await run(parts, cfg)
+    assert executed(parts, "refund") == [right.call]  # the weak 50 never ran; the strong 40 ran once
+    assert traj.steps[0].action == right and traj.steps[0].author == "strong"
+    assert any(e.kind == "rejected" and "second check" in e.detail for e in traj.events)
+
+
+@pytest.mark.parametrize("answer", [MalformedOutput("garbled"), EngineUnavailable("replica lost"),
+                                    Action.message("are you sure?")])
+async def test_no_usable_confirmation_means_the_critical_call_never_runs(answer):
+    parts, cfg = make(weak=[REFUND, STOP], strong=[answer, STOP])
+    traj = await run(parts, cfg)
+    assert executed(parts, "refund") == []
+    assert any(e.kind == "second_check" and e.detail.startswith("0/1") for e in traj.events)
+
+
+async def test_a_read_raised_to_critical_is_staged_and_checked():
+    parts, cfg = make(weak=[CANCEL, STOP], strong=[STOP], verdicts=[Verdict(1)])
+    traj = await run(parts, cfg)
+    assert executed(parts, "cancel") == []  # the strong policy would stop instead: never ran
+    assert parts.verifier.calls[0][1][-1].staged
+
+
+async def test_a_tier_table_cannot_lower_a_write_to_a_read():
+    parts, cfg = make(weak=[BIG_NOTE, STOP], verdicts=[Verdict(0, "no")], strong=[STOP],
+                      tiers={"note": Tier.READ})
+    await run(parts, cfg)
+    assert executed(parts, "note") == []  # still staged, and rejected
+
+
+async def test_a_plain_write_still_needs_only_its_verdict():
+    parts, cfg = make(weak=[BIG_NOTE, STOP])
+    traj = await run(parts, cfg)
+    assert executed(parts, "note") == [BIG_NOTE.call] and not parts.strong.calls
+    assert traj.count("second_check") == 0
+
+
+async def test_k_verdicts_must_all_accept_a_critical_call():
+    parts, cfg = make(weak=[REFUND, STOP], verdicts=[Verdict(1), Verdict(0, "second look: wrong amount")],
+                      strong=[STOP], critical=CriticalCheck("verdicts", k=2))
+    await run(parts, cfg)
+    assert executed(parts, "refund") == [] and len(parts.verifier.calls) == 2
+    parts, cfg = make(weak=[REFUND, STOP], critical=CriticalCheck("verdicts", k=3))
+    await run(parts, cfg)
+    assert executed(parts, "refund") == [REFUND.call] and len(parts.verifier.calls) == 4  # 3, then the stop's
+
+
+async def test_in_a_parallel_action_only_the_unconfirmed_critical_call_is_dropped():
+    w1, w2 = ToolCall("refund", {"id": "a", "amount": 5}), ToolCall("refund", {"id": "b", "amount": 7})
+    note = ToolCall("note", {"id": "a", "text": "x"})
+    staged = Action.parallel([w1, note, w2])
+    parts, cfg = make(weak=[staged, STOP], strong=[Action.parallel([w1, ToolCall("refund", {"id": "b", "amount": 6})])],
+                      parallel_calls=True)
+    traj = await run(parts, cfg)
+    assert parts.tools.executed == [w1, note, ToolCall("refund", {"id": "b", "amount": 6})]
+    assert traj.steps[0].action.calls == (w1, note) and traj.steps[0].author == "weak"
+    assert traj.steps[1].author == "strong"  # the strong step less the call that ran already
+
+
+def test_a_critical_check_needs_two_judgements():
+    with pytest.raises(ValueError):
+        CriticalCheck("verdicts", k=1)
+    with pytest.raises(ValueError):
+        CriticalCheck("vibes")
+
+
+VERDICT = st.one_of(
+    st.builds(Verdict, st.integers(-1, 3), st.just("r")),
+    st.builds(lambda j: Verdict(j, "r", REFUND), st.integers(0, 2)),
+)
+ANSWER = st.one_of(st.sampled_from([REFUND, Action.tool("refund", id="a", amount=1), STOP, LOOKUP]),
+                   st.just(MalformedOutput("x")))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(verdicts=st.lists(VERDICT, max_size=4), answers=st.lists(ANSWER, max_size=4),
+       mode=st.sampled_from(["agree", "verdicts"]))
+async def test_every_weak_critical_call_that_ran_was_accepted_by_a_verdict_and_confirmed(verdicts, answers, mode):
+    """The referee: a weak refund of 50 runs only after a verdict accepted it AND (agree) the strong policy
+    proposed that very call from the same state, or (verdicts) a second verdict accepted it."""
+    parts, cfg = make(weak=[LOOKUP, REFUND, REFUND, STOP], strong=answers, verdicts=verdicts,
+                      critical=CriticalCheck(mode), max_steps=8)
+    traj = await run(parts, cfg)
+    weak_refunds = [s for s in traj.steps if s.author == "weak" and s.action == REFUND]
+    for _ in weak_refunds:
+        assert traj.count("second_check") >= 1
+    accepting = sum(1 for e in traj.events if e.kind == "second_check" and e.detail.startswith("1/"))
+    assert len(weak_refunds) <= accepting
