@@ -21,6 +21,7 @@ from .simulated import (
     CONFIDENCE_AUC, DOMAIN_RATES, ERROR_CORRELATION, STRONG_RATES, STYLE, VERIFIER_RATES, WEAK_RATES, ErrorRates, GoldScript,
     SimulatedPolicy, SimulatedVerifier, Style, VerifierRates, build_script,
 )
+from .sim_judge import MID_CONFIDENCE_AUC, mid_policy_rates, mid_verifier_rates
 from .sim_parallel import gold_outputs, group_calls
 from .tokens import PrefixCache, TokenModel
 from .users import ask_user
@@ -122,6 +123,16 @@ def script_models(script: GoldScript, settings: SimSettings, seed: tuple, system
     strong = SimulatedPolicy("strong", script, settings.strong, tm, strong_cache, seed, valid, **shared)
     verifier = SimulatedVerifier(script, settings.verifier, strong, tm, strong_cache, seed)
     return weak, strong, verifier
+
+
+def mid_judge(verifier: SimulatedVerifier, weak_rates: ErrorRates) -> SimulatedVerifier:
+    """The three-tier chain's mid verifier beside ``verifier`` (SIMULATED, on sim_judge's stated assumptions):
+    its own noise and prefix cache, more false accepts and rejects, repairs from a policy between the weak and
+    strong ones, and a confidence that tells its right verdicts from its wrong ones at MID_CONFIDENCE_AUC."""
+    policy = replace(verifier.strong, role="mid", rates=mid_policy_rates(verifier.strong.rates, weak_rates),
+                     cache=PrefixCache())
+    return SimulatedVerifier(verifier.script, mid_verifier_rates(verifier.rates), policy, verifier.tokens,
+                             policy.cache, verifier.seed, name="mid", confidence_auc=MID_CONFIDENCE_AUC)
 
 
 def bfcl_gold_script(case: BfclCase) -> GoldScript:

@@ -15,11 +15,14 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Any, Callable, Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 from ..protocol.types import (
     Action, ActionKind, Effect, History, Proposal, Review, Step, Verdict,
 )
+from .sim_judge import REPEAT_CORRELATION, Look
+from .sim_judge import confidence as _confidence
+from .sim_mutate import mutate, mutate_one  # noqa: F401 - where they lived before
 from .sim_parallel import judge_calls
 from .sim_script import (  # noqa: F401 - the script's names, where they lived before
     ASK_FORMS, CLOSING_FORMS, CONFIRM_FORMS, GoldScript, build_script,
@@ -98,12 +101,14 @@ ERROR_CORRELATION = 0.8
 
 @dataclass(frozen=True)
 class VerifierRates:
-    """SIMULATED verifier quality: false accepts of bad steps, false rejects of fine ones, and how
-    often a rejection carries a fused repair (1 - rho)."""
+    """SIMULATED verifier quality: false accepts of bad steps, false rejects of fine ones, how often a
+    rejection carries a fused repair (1 - rho), and how alike a second look at the same block is to the
+    first (``sim_judge.Look``; only a critical call's ``verdicts`` check looks twice)."""
 
     false_accept: float = 0.6
     false_reject: float = 0.03
     fused_repair: float = 0.8
+    repeat_correlation: float = REPEAT_CORRELATION
 
 
 # The judge of the per-stage calibration (airline, retail): its misses recur wherever the same wrong step
@@ -128,47 +133,6 @@ def opens_stage(steps: Sequence[Step]) -> bool:
 
 def _rng(*state: object) -> random.Random:
     return random.Random("|".join(map(str, state)))
-
-
-def mutate(action: Action, rng: random.Random, valid: Callable[[Action], bool] = lambda a: True) -> Action:
-    """The same tool with one argument changed so that it still passes ``valid`` (a wrong but
-    well-formed call). Unchanged if no argument can be changed that way."""
-    assert action.call is not None
-    keys = sorted(action.call.arguments)
-    rng.shuffle(keys)
-    for key in keys:
-        args = dict(action.call.arguments)
-        args[key] = _perturb(args[key], rng)
-        wrong = Action.tool(action.call.name, **args)
-        if not wrong.same_as(action) and valid(wrong):
-            return wrong
-    return action
-
-
-def mutate_one(action: Action, rng: random.Random, valid: Callable[[Action], bool] = lambda a: True) -> Action:
-    """``mutate`` for an action of one call; of a parallel action, one call (drawn by ``rng``) mutated."""
-    if not action.more:
-        return mutate(action, rng, valid)
-    calls = list(action.calls)
-    i = rng.randrange(len(calls))
-    swap = lambda c: Action.parallel([*calls[:i], c, *calls[i + 1:]])  # noqa: E731
-    wrong = mutate(Action(ActionKind.TOOL, calls[i]), rng, lambda a: valid(swap(a.call)))
-    return swap(wrong.call)
-
-
-def _perturb(value: Any, rng: random.Random) -> Any:
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, (int, float)):
-        return value + rng.choice([1, 2, 5, 10])
-    if isinstance(value, str):
-        return value[:-1] + ("X" if not value.endswith("X") else "Y") if value else "X"
-    if isinstance(value, list):
-        return value[:-1] if len(value) > 1 else [_perturb(v, rng) for v in value]
-    if isinstance(value, dict) and value:
-        k = sorted(value)[0]
-        return {**value, k: _perturb(value[k], rng)}
-    return value
 
 
 @dataclass
@@ -282,11 +246,8 @@ class SimulatedPolicy:
         return Proposal(action, usage, confidence)
 
     def confidence(self, erred: bool, rng: random.Random) -> float:
-        """A self-report in (0, 1) whose AUC at telling correct steps from errors is ``confidence_auc``:
-        logistic(z) with z ~ N(+d/2, 1) for a correct step and N(-d/2, 1) for an error,
-        d = sqrt(2) * Phi^-1(AUC)."""
-        d = math.sqrt(2) * NormalDist().inv_cdf(self.confidence_auc)
-        return 1 / (1 + math.exp(-rng.gauss(-d / 2 if erred else d / 2, 1.0)))
+        """A self-report in (0, 1) whose AUC at telling correct steps from errors is ``confidence_auc``."""
+        return _confidence(self.confidence_auc, erred, rng)
 
 
 @dataclass
@@ -301,7 +262,8 @@ class SimulatedVerifier:
     Only the criterion changes: the judge keeps its noise. Wrong steps are falsely accepted, and
     acceptable ones falsely rejected, at ``rates``; a step that is valid but not the judge's own is
     always rejected under ``exact``. A rejection carries the strong policy's own step as fused repair at
-    ``rates.fused_repair``.
+    ``rates.fused_repair``. ``name`` keys its noise (the chain's mid judge draws apart from the strong one);
+    with ``confidence_auc`` it reports a confidence that separates its right verdicts from its wrong ones.
     """
 
     script: GoldScript
@@ -311,7 +273,17 @@ class SimulatedVerifier:
     cache: PrefixCache
     seed: tuple = ()
     criterion: Literal["semantic", "exact"] = "semantic"
+    name: str = "verifier"
+    confidence_auc: float | None = None
     calls: int = field(default=0, init=False)
+    looks: dict[tuple, int] = field(default_factory=dict, init=False)
+    look: int = field(default=1, init=False)
+
+    def _draw(self, *state: object) -> Look:
+        """The judge's noise on one question at this look (``sim_judge.Look``)."""
+        first = _rng(*self.seed, self.name, *state)
+        own = None if self.look == 1 else _rng(*self.seed, self.name, *state, "look", self.look)
+        return Look(first, own, self.rates.repeat_correlation)
 
     def _state(self, context: Sequence[Step]) -> tuple:
         """What the judge's noise on a step is drawn from: each call afresh, or (``errors_by`` stage) the
@@ -338,35 +310,48 @@ class SimulatedVerifier:
 
     async def verify(self, history: History, block: Sequence[Step]) -> Review:
         self.calls += 1
-        j, reason, repair, calls = len(block), "", None, None
+        seen = (len(history), tuple(s.action.key() for s in block))
+        self.look = self.looks[seen] = self.looks.get(seen, 0) + 1
+        j, reason, repair, calls, erred = self._judge(history, block)
+        rejected = j < len(block) or (calls is not None and not all(calls))
+        fused_key = ("fused",) if self.name == "verifier" else (self.name, "fused")
+        fused = rejected and _rng(*self.seed, *fused_key, self.calls).random() < self.rates.fused_repair
+        if not fused:
+            repair = None
+        elif repair is None and j < len(block):  # the semantic judge: the strong policy's own step there
+            repair, _ = self.strong.next_action(history.steps + tuple(block[:j]))
+        usage = self.tokens.verify_usage(self.cache, history, block, repair)
+        sure = 1.0 if self.confidence_auc is None else _confidence(
+            self.confidence_auc, erred, _rng(*self.seed, self.name, "confidence", self.calls))
+        return Review(Verdict(j, reason, repair, calls if calls is not None and not all(calls) else None), usage, sure)
+
+    def _judge(self, history: History, block: Sequence[Step]
+               ) -> tuple[int, str, Action | None, tuple[bool, ...] | None, bool]:
+        """(j, r, the exact judge's own step, per-call answers, whether its noise changed the verdict)."""
+        j, reason, repair, calls, erred = len(block), "", None, None, False
         for i, step in enumerate(block):
             context = history.steps + tuple(block[:i])
             judged = self._per_call(context, step)
             if judged is not None:  # a staged parallel write, or a staged part of one: call by call
-                calls, reason, repair = judged
+                calls, reason, repair, erred = judged
                 if calls is not None and not any(calls):
                     j, calls = i, None
                 break
             ok, why = self.acceptable(context, step)
             own = self.strong.next_action(context)[0] if self.criterion == "exact" else None
-            rng = _rng(*self.seed, "verifier", *self._state(context), step.action.key())
-            flip = rng.random() < (self.rates.false_reject if ok else self.rates.false_accept)
+            flip = self._draw(*self._state(context), step.action.key()).random() < (
+                self.rates.false_reject if ok else self.rates.false_accept)
+            erred = erred or flip
             if ok and own is not None and not step.action.same_as(own):
                 j, reason, repair = i, f"not an exact match: the strong model would {own.describe()}", own
                 break
             if ok == flip:  # rejected: a bad step caught, or a fine one falsely rejected
                 j, reason, repair = i, why or "judged unhelpful (false rejection)", own
                 break
-        rejected = j < len(block) or (calls is not None and not all(calls))
-        fused = rejected and _rng(*self.seed, "fused", self.calls).random() < self.rates.fused_repair
-        if not fused:
-            repair = None
-        elif repair is None and j < len(block):  # the semantic judge: the strong policy's own step there
-            repair, _ = self.strong.next_action(history.steps + tuple(block[:j]))
-        usage = self.tokens.verify_usage(self.cache, history, block, repair)
-        return Review(Verdict(j, reason, repair, calls if calls is not None and not all(calls) else None), usage)
+        return j, reason, repair, calls, erred
 
-    def _per_call(self, context: Sequence[Step], step: Step) -> tuple[tuple[bool, ...] | None, str, Action | None] | None:
+    def _per_call(self, context: Sequence[Step], step: Step
+                  ) -> tuple[tuple[bool, ...] | None, str, Action | None, bool] | None:
         """The semantic judge of a staged write that is, or is part of, a parallel gold item: each call is
         acceptable iff it is one of the item's calls not done yet, and the judge's noise is drawn per call.
         None where the step is judged whole (``acceptable``)."""
@@ -376,5 +361,7 @@ class SimulatedVerifier:
         want = self.script.todo(left[0], context) if left else None
         if want is None or want.kind is not ActionKind.TOOL or not (self.script.items[left[0]].more or step.action.more):
             return None
-        return judge_calls(want, step.action, self.rates,
-                           lambda c: _rng(*self.seed, "verifier", *self._state(context), "call", c.key()))
+        draw = lambda c: self._draw(*self._state(context), "call", c.key())  # noqa: E731
+        calls, reason, repair = judge_calls(want, step.action, self.rates, draw)
+        truth, _, _ = judge_calls(want, step.action, VerifierRates(0.0, 0.0), draw)
+        return calls, reason, repair, calls != truth
