@@ -154,7 +154,9 @@ class PlanEngineClient:
     def __init__(self, priority: Any) -> None:
         self.priority = priority  # a ``ProgramPriority``: nothing waits on an engine, its waits stay empty
 
-    def models(self, session: Any, catalog: object) -> tuple[PlanPolicy, PlanPolicy, PlanVerifier]:
+    def models(self, session: Any, catalog: object, parallel: bool = False
+               ) -> tuple[PlanPolicy, PlanPolicy, PlanVerifier]:
+        """The plan's parts; ``parallel`` is accepted and ignored: a plan's steps hold one call each."""
         functions = session.request.client_tools
         first = functions[0] if functions else None
         default = default_plan(first.name if first else None, first.parameters if first else None)

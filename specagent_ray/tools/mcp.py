@@ -1,8 +1,9 @@
 """Tools served by an MCP server, over stdio or streamable HTTP, through the ``mcp`` SDK (2.x).
 
-Effects come from the server's ``read_only_hint`` annotations only when the server is trusted: the MCP
-spec says annotations from untrusted servers are hints that must not drive decisions, and a wrongly
-READ tool would run before review. Anything unannotated or unknown is WRITE.
+Tiers (and so effects) come from the server's annotations only when the server is trusted
+(tools/tiers.py ``tier_from_annotations``): the MCP spec says annotations from untrusted servers are
+hints that must not drive decisions, and a wrongly READ tool would run before review. An untrusted
+server's tools, and unknown ones, are WRITE; the operator's overrides always win.
 
 Servers crash and come back: a dropped connection is reopened, with a bounded backoff, and the tools are
 listed again. ``McpToolbox`` says what that means for the calls in flight, and for a write above all.
@@ -32,8 +33,9 @@ from mcp.types import (
 )
 from pydantic import ValidationError
 
-from ..protocol.types import Effect, Observation, ToolCall
+from ..protocol.types import Effect, Observation, Tier, ToolCall
 from .mcp_session import Lost, McpConnection, error_line
+from .tiers import hints_of, tool_tier
 
 log = logging.getLogger(__name__)
 IDEMPOTENCY_META = "specagent/idempotency-key"  # a _meta key (MCP: "prefix/name" outside the reserved prefixes)
@@ -53,21 +55,30 @@ class McpOutcomeUnknown(McpUnavailable):
 
 
 def effect_of(name: str, read_only_hint: bool | None, trusted: bool, overrides: Mapping[str, str]) -> Effect:
-    """Per-tool override ("read"/"write") always wins; else READ only if the server is trusted AND
-    read_only_hint is True; else WRITE (unknown/unannotated tools are WRITE)."""
-    if name in overrides:
-        return Effect(overrides[name])
-    return Effect.READ if trusted and read_only_hint is True else Effect.WRITE
+    """Per-tool override ("read"/"write"/"critical") always wins; else READ only if the server is trusted
+    AND read_only_hint is True; else WRITE (unknown/unannotated tools are WRITE)."""
+    return tool_tier(name, (read_only_hint, None, None, None), trusted, overrides).effect
 
 
 @dataclass(frozen=True)
 class McpTool:
-    """One tool as the server listed it, with the effect this toolbox decided for it."""
+    """One tool as the server listed it: its four annotation hints as listed, and the tier and effect
+    this toolbox decided for it, which agree (``tier`` defaults to the effect's)."""
 
     name: str
     parameters: dict[str, Any]  # the tool's inputSchema (JSON schema object)
     effect: Effect
     read_only_hint: bool | None
+    destructive_hint: bool | None = None
+    idempotent_hint: bool | None = None
+    open_world_hint: bool | None = None
+    tier: Tier | None = None
+
+    def __post_init__(self) -> None:
+        if self.tier is None:
+            object.__setattr__(self, "tier", Tier.of(self.effect))
+        elif self.tier.effect is not self.effect:
+            raise ValueError(f"tool {self.name!r}: tier {self.tier.value} and effect {self.effect.value} disagree")
 
 
 class McpToolbox:
@@ -124,8 +135,8 @@ class McpToolbox:
             raise ValueError(f"need 0 < backoff_s <= max_backoff_s, not {backoff_s} and {max_backoff_s}")
         self.overrides = dict(overrides or {})
         for tool, value in self.overrides.items():
-            if value not in ("read", "write"):
-                raise ValueError(f"override for tool {tool!r} must be 'read' or 'write', not {value!r}")
+            if value not in ("read", "write", "critical"):
+                raise ValueError(f"override for tool {tool!r} must be 'read', 'write' or 'critical', not {value!r}")
         self.command, self.url, self.trusted, self.timeout_s = command, url, trusted, timeout_s
         self.backoff_s, self.max_backoff_s, self.reconnect_s = backoff_s, max_backoff_s, reconnect_s
         self._clock, self._sleep = clock, sleep
@@ -257,9 +268,9 @@ class McpToolbox:
         raise RuntimeError(f"tools/list still paginating after {_MAX_TOOL_PAGES} pages")
 
     def _describe(self, tool: Tool) -> McpTool:
-        hint = tool.annotations.read_only_hint if tool.annotations is not None else None
-        effect = effect_of(tool.name, hint, self.trusted, self.overrides)
-        return McpTool(tool.name, dict(tool.input_schema), effect, hint)
+        hints = hints_of(tool.annotations)
+        tier = tool_tier(tool.name, hints, self.trusted, self.overrides)
+        return McpTool(tool.name, dict(tool.input_schema), tier.effect, *hints, tier=tier)
 
     # Calls.
 

@@ -26,11 +26,58 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 from ..optional import require
-from ..protocol.types import ActionKind, Effect, Observation, Termination, ToolCall, Trajectory, UserToolCall
+from ..protocol.types import ActionKind, Effect, Observation, Termination, Tier, ToolCall, Trajectory, UserToolCall
 from .schema import SchemaValidator
+from .tiers import Predicate, Tiered, TierRule, TierTable
 
 DOMAINS = ("airline", "retail", "telecom")
 ALWAYS_READ = frozenset({"calculate"})
+
+# Risk tiers (tools/tiers.py): the CRITICAL tools of each domain, and why. Every other write is WRITE,
+# every read READ. tests/unit/test_tau2_tiers.py checks that each tool named here exists in its domain.
+CRITICAL_TOOLS: dict[str, dict[str, str]] = {
+    "airline": {
+        "book_reservation": "charges the payment methods for a new reservation",
+        "cancel_reservation": "cancels a trip and refunds it to its payment methods",
+        "send_certificate": "issues travel credit: money out of the airline",
+        "update_reservation_flights": "changes flights and charges or refunds the fare difference",
+    },
+    "retail": {
+        "cancel_pending_order": "cancels an order and refunds it",
+        "exchange_delivered_order_items": "an exchange: charges or refunds the price difference",
+        "return_delivered_order_items": "a return: refunds the items' price",
+        "modify_pending_order_items": "charges or refunds the difference; the policy allows it only once per order",
+        "modify_pending_order_payment": "moves the order's charge to another payment method",
+    },
+    "telecom": {
+        "suspend_line": "the customer loses service on the line",
+        "send_payment_request": "asks the customer to pay a bill: money movement",
+    },
+}
+# Argument rules that raise a WRITE tool to CRITICAL for some calls.
+TIER_RULES: dict[str, tuple[TierRule, ...]] = {
+    "airline": (TierRule("update_reservation_baggages", Tier.CRITICAL,  # paid bags are charged
+                         (Predicate("nonfree_baggages", "gt", 0),)),),
+    "retail": (),
+    "telecom": (TierRule("refuel_data", Tier.CRITICAL,  # a large refuel adds a large charge to the bill
+                         (Predicate("gb_amount", "gt", 2),)),),
+}
+
+
+def tool_names(domain: str) -> set[str] | None:
+    """The agent tools of a tau2 domain, read from tau2's classes without loading its DB; None when
+    tau2 is not installed (a tau2 source is then unavailable anyway)."""
+    try:
+        _quiet_tau2()
+        from importlib import import_module
+
+        from tau2.environment.toolkit import TOOL_ATTR, ToolKitBase
+    except ImportError:
+        return None
+    module = import_module(f"tau2.domains.{domain}.tools")
+    kits = [v for v in vars(module).values()
+            if isinstance(v, type) and issubclass(v, ToolKitBase) and v.__module__ == module.__name__]
+    return {name for kit in kits for name in dir(kit) if hasattr(getattr(kit, name), TOOL_ATTR)}
 
 
 def _quiet_tau2() -> None:
@@ -112,6 +159,13 @@ class Tau2Domain:
             return Effect.READ
         return Effect.WRITE
 
+    def tiers(self) -> TierTable:
+        """Each tool's tier: READ or WRITE from ``effect``, CRITICAL from ``CRITICAL_TOOLS``, and the
+        domain's ``TIER_RULES``."""
+        tools = {n: Tier.CRITICAL if n in CRITICAL_TOOLS[self.name] else Tier.of(self.effect(n))
+                 for n in self.tool_schemas}
+        return TierTable(tools, TIER_RULES[self.name])
+
     def openai_tools(self) -> list[dict[str, Any]]:
         return [{"type": "function", "function": {"name": n, "parameters": p}} for n, p in self.tool_schemas.items()]
 
@@ -128,6 +182,11 @@ class Tau2Tools:
 
     def classify(self, call: ToolCall) -> Effect:
         return self.domain.effect(call.name)
+
+    def with_tiers(self, table: TierTable | None = None) -> Tiered:
+        """This adapter with risk tiers (the domain's, by default): a ``TieredTools``. The adapter itself
+        has none, so that the bench can run today's SpecAgent, where every write is checked once."""
+        return Tiered(self, table if table is not None else self.domain.tiers())
 
     def validate(self, call: ToolCall) -> str | None:
         return self.validator.check(call)

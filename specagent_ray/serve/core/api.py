@@ -97,6 +97,8 @@ class CreateSession(Body):
     k: int | None = Field(None, ge=1, le=64, description="most steps drafted per block")
     max_steps: int | None = Field(None, ge=1, le=1000)
     review_messages: StrictBool = False
+    parallel_calls: StrictBool | None = Field(None, description="an action may hold several independent tool "
+                                              "calls; the profile's default (defaults.parallel_calls) if omitted")
     trial: int = Field(0, ge=0, le=1_000_000, description="seed of simulated engines")
     client_tools: list[ClientTool] = Field(default_factory=list, max_length=128)
     instructions: str | None = Field(None, max_length=100_000, description="the agent's role and policy: the "

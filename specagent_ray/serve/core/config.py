@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
 
 from ...costs.hardware import Hardware
 from ...protocol.baselines import METHODS
+from ...protocol.types import Tier
+from ...tools.tiers import Predicate, TierRule, TierTable
 from .tenants import TenantConfig, check_tenants
 from .tuning import PriorityConfig, SpeculationConfig
 
@@ -163,34 +165,116 @@ class GatewayConfig(Strict):
 
 
 EffectName = Literal["read", "write"]
+TierName = Literal["read", "write", "critical"]  # "read"/"write" overrides of older profiles are tiers too
+Scalar = StrictStr | StrictInt | StrictFloat
+Number = StrictInt | StrictFloat
 
 
-class Tau2Source(Strict):
-    """tau2-bench's own environments, one private DB per session, hosted by the tool host."""
+class ArgCondition(Strict):
+    """Conditions on one argument of a call, all of which must hold (tools/tiers.py: fail-closed, numbers
+    given as strings compare as numbers, and a value that cannot be compared makes the rule apply)."""
+
+    eq: Scalar | None = None
+    in_: list[Scalar] | None = Field(None, alias="in")
+    gt: Number | None = None
+    ge: Number | None = None
+    lt: Number | None = None
+    le: Number | None = None
+    prefix: StrictStr | None = None
+
+    def predicates(self, arg: str) -> list[Predicate]:
+        given = self.model_dump(exclude_none=True, by_alias=True)
+        if not given:
+            raise ValueError(f"the condition on {arg!r} names no operator (eq, in, gt, ge, lt, le, prefix)")
+        return [Predicate(arg, op, value) for op, value in given.items()]
+
+
+class TierRuleConfig(Strict):
+    """Calls of ``tool`` whose arguments meet every condition of ``when`` are at least ``tier``, e.g.
+    ``{tool: refund, tier: critical, when: {amount: {gt: 500}}}``. A rule only raises a tier."""
+
+    tool: str
+    tier: Literal["write", "critical"]
+    when: dict[str, ArgCondition] = {}
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> TierRuleConfig:
+        self.rule()  # a malformed predicate (a NaN bound, no operator) is a config error
+        return self
+
+    def rule(self) -> TierRule:
+        return TierRule(self.tool, Tier(self.tier), tuple(p for a, c in self.when.items() for p in c.predicates(a)))
+
+
+class TieredSource(Strict):
+    """A tool source's tiers as its operator sets them (docs/serving.md, "Risk tiers"): ``overrides`` set a
+    tool's tier either way, ``tier_rules`` raise it for some arguments. ``tier_table`` applies both."""
+
+    overrides: dict[str, TierName] = {}
+    tier_rules: list[TierRuleConfig] = []
+
+    def tier_table(self, base: TierTable, name: str = "") -> TierTable:
+        """``base`` with this source's overrides and rules; ValueError naming any tool ``base`` lacks (not
+        for client sources, whose tools each session declares)."""
+        rules = [r.rule() for r in self.tier_rules]
+        unknown = [] if isinstance(self, ClientSource) else base.unknown(self.overrides, rules)
+        if unknown:
+            raise ValueError(f"tool source {name!r}: overrides or tier_rules name tools it does not have: "
+                             f"{', '.join(unknown)} (it has: {', '.join(sorted(base.tools)) or 'none'})")
+        return base.overridden(self.overrides, rules)
+
+    def _check_names(self, known: set[str] | None, what: str) -> None:
+        unknown = [] if known is None else sorted({*self.overrides, *(r.tool for r in self.tier_rules)} - known)
+        if unknown:
+            raise ValueError(f"overrides or tier_rules name tools {what} does not have: {', '.join(unknown)}")
+
+
+class Tau2Source(TieredSource):
+    """tau2-bench's own environments, one private DB per session, hosted by the tool host. Tiers: the
+    domain's table (tools/tau2.py), then ``overrides`` and ``tier_rules``, checked against the domain's
+    tools when tau2 is installed."""
 
     kind: Literal["tau2"] = "tau2"
     domain: Literal["airline", "retail", "telecom"]
 
+    @model_validator(mode="after")
+    def _known_tools(self) -> Tau2Source:
+        if self.overrides or self.tier_rules:
+            from ...tools.tau2 import tool_names
 
-class BfclSource(Strict):
+            self._check_names(tool_names(self.domain), f"tau2's {self.domain} domain")
+        return self
+
+
+class BfclSource(TieredSource):
     """BFCL v4 multi-turn cases: each session's own backend instances (file system, trading, travel, ...),
-    hosted by the tool host; a session names its case by ``task_id`` (``multi_turn_base_0``)."""
+    hosted by the tool host; a session names its case by ``task_id`` (``multi_turn_base_0``). Tiers: BFCL's
+    reviewed effects (tools/bfcl.py), then ``overrides`` and ``tier_rules`` naming BFCL functions."""
 
     kind: Literal["bfcl"] = "bfcl"
     category: Literal["base", "miss_func", "miss_param", "long_context"] = "base"
 
+    @model_validator(mode="after")
+    def _known_tools(self) -> BfclSource:
+        if self.overrides or self.tier_rules:
+            from ...tools.bfcl import EFFECT_OF
 
-class McpSource(Strict):
+            self._check_names(set(EFFECT_OF), "BFCL's backends")
+        return self
+
+
+class McpSource(TieredSource):
     """An MCP server over stdio (``command``) or streamable HTTP (``url``), configured here only.
 
-    Annotations (``read_only_hint``) are hints: trusted only when ``trusted``. Unknown or unannotated
-    tools are WRITE. ``overrides`` always win."""
+    Annotations are hints: trusted only when ``trusted`` (tools/tiers.py ``tier_from_annotations``:
+    read-only is READ, destructive CRITICAL, explicitly non-destructive WRITE). Unknown or unannotated
+    tools of an untrusted server are WRITE. ``overrides`` always win; the tools they and ``tier_rules``
+    name are checked when a session's catalog is built."""
 
     kind: Literal["mcp"] = "mcp"
     command: list[str] | None = None
     url: str | None = None
     trusted: bool = False
-    overrides: dict[str, EffectName] = {}
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpSource:
@@ -201,13 +285,13 @@ class McpSource(Strict):
         return self
 
 
-class ClientSource(Strict):
+class ClientSource(TieredSource):
     """Tools the client runs itself: the session pauses with a pending call until the client posts its
-    result. Tools are declared per session; their ``read_only`` hints are trusted only when ``trusted``."""
+    result. Tools are declared per session; their ``read_only`` hints are trusted only when ``trusted``;
+    ``overrides`` and ``tier_rules`` apply to the tools a session declares."""
 
     kind: Literal["client"] = "client"
     trusted: bool = False
-    overrides: dict[str, EffectName] = {}
 
 
 ToolSource = Annotated[Tau2Source | BfclSource | McpSource | ClientSource, Field(discriminator="kind")]
@@ -239,6 +323,9 @@ class SessionDefaults(Strict):
     method: str = "specagent"
     k: int = Field(6, ge=1, le=64)
     max_steps: int = Field(30, ge=1, le=1000)
+    parallel_calls: bool = Field(False, description="an action may hold several independent tool calls (a session's "
+                                 "own parallel_calls overrides it; the Responses API's parallel_tool_calls can "
+                                 "only turn it off)")
 
     @model_validator(mode="after")
     def _known_method(self) -> SessionDefaults:

@@ -27,7 +27,8 @@ from ...protocol.types import (Action, Observation, Proposal, Review, Step, Tool
 
 @dataclass(frozen=True, slots=True)
 class SimRequest:
-    """One session's call. ``steps`` is H's steps (the task itself never crosses the wire)."""
+    """One session's call. ``steps`` is H's steps (the task itself never crosses the wire). A session's
+    ``parallel`` is the same on all its requests (a replica keeps its models for the session)."""
 
     session_id: str
     domain: str
@@ -37,6 +38,7 @@ class SimRequest:
     draft: tuple[Step, ...] = ()
     feedback: str | None = None
     criterion: str = "semantic"  # a verify's acceptance criterion: "exact" for the exact-match ablation
+    parallel: bool = False  # the session runs with parallel calls: its models draft them (SimSettings.parallel)
 
 
 WIRE_RECORDS = (Action, Observation, Proposal, Review, SimRequest, Step, ToolCall, Usage, UserToolCall, Verdict)

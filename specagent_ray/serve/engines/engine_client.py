@@ -64,7 +64,11 @@ async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Await
 class EngineClient(Protocol):
     """What the coordinator needs of its engines: each session's models, and the batchers' queues."""
 
-    def models(self, session: SessionView, catalog: Catalog) -> tuple[Policy, Policy, Verifier]: ...
+    def models(self, session: SessionView, catalog: Catalog, parallel: bool = False
+               ) -> tuple[Policy, Policy, Verifier]:
+        """The session's weak policy, strong policy and verifier; ``parallel``: the session runs with
+        parallel calls (``SpecConfig.parallel_calls``), so its models may propose several per action."""
+        ...
 
     def queued(self) -> int: ...
 
@@ -146,14 +150,15 @@ class SimEngineClient:
     def batchers(self) -> dict[str, list[Batcher]]:
         return {"draft": self.drafts, "strong": self.strong_steps, "verify": self.verifies}
 
-    def models(self, session: SessionView, catalog: Catalog) -> tuple[Policy, Policy, Verifier]:
+    def models(self, session: SessionView, catalog: Catalog, parallel: bool = False
+               ) -> tuple[Policy, Policy, Verifier]:
         trial = session.request.trial
         draft_lane, verifier_lane = lane_of(session.id, self.draft_lanes), lane_of(session.id, self.lanes)
 
         def req(history: History, draft: Sequence[Step] = (), feedback: str | None = None,
                 criterion: str = "semantic") -> SimRequest:
             return SimRequest(session.id, session.domain, session.task.id, trial, history.steps, tuple(draft), feedback,
-                              criterion)
+                              criterion, parallel)
 
         c, p, sid = self.coord, self.priority, session.id
         weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, lambda h, d, f: p.run(
@@ -195,11 +200,13 @@ class OpenAIEngineClient:
     def batchers(self) -> dict[str, list[Batcher]]:
         return {"verify": [self.verify_batch]}
 
-    def models(self, session: SessionView, catalog: Catalog) -> tuple[Policy, Policy, Verifier]:
+    def models(self, session: SessionView, catalog: Catalog, parallel: bool = False
+               ) -> tuple[Policy, Policy, Verifier]:
         policy = catalog.policy[: self.cfg.policy_chars] if self.cfg.policy_chars else catalog.policy
         request = session.request
         role = {"agent_role": agent_role(request)} if request.instructions or request.context else {}
-        prompt = PromptConfig(policy=policy, observation_chars=self.cfg.observation_chars, **role)
+        prompt = PromptConfig(policy=policy, observation_chars=self.cfg.observation_chars, parallel_calls=parallel,
+                              **role)
         headers = lambda: {**traceparent_headers(), "x-session-id": session.id}
         kw = {"max_tokens": self.cfg.max_tokens, "temperature": 0.0, "headers": headers}
         on_verifier = PromptTrail()  # the strong steps, verifies and prefills of this session share an engine

@@ -3,7 +3,8 @@
 ``SimEngine`` answers batches the way an engine replica would: a batch costs the latency model's time,
 then each request is answered by the seeded simulated policy or verifier of its session. A replica
 keeps one session's models, prefix caches included, for as long as the session is routed to it (the
-coordinator keeps that affinity), like an engine's KV cache. A restarted replica starts cold.
+coordinator keeps that affinity), like an engine's KV cache. A restarted replica starts cold. A session
+with parallel calls (``SimRequest.parallel``) gets models that draft its independent calls together.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from ...protocol.types import History, Proposal, Review, Task
@@ -47,6 +49,8 @@ class SimEngine:
             from ...models.gold import SimSettings
 
             settings = SimSettings.for_domain(r.domain, self.settings.seed)  # the domain's calibration
+            if r.parallel:  # a session with parallel calls: independent gold calls, writes too, as one action
+                settings = replace(settings, parallel=True, parallel_writes=True)
             models = benchmark(r.domain).sim_models(r.task_id, r.trial, settings)
             self._sessions[r.session_id] = models
             while len(self._sessions) > MAX_SESSIONS:

@@ -3,11 +3,13 @@ input items and their stream of events. Pure functions of the session log's publ
 
 ``output`` holds only what is committed, or certain to be:
 - an MCP tool step appears (``mcp_call``) once it is committed, or once the agent's message that ends
-  its block is sent (a block without a staged write commits whole when the user replies);
+  its block is sent (a block without a staged write commits whole when the user replies); a parallel
+  action appears as one item per call, in call order, each with its own result;
 - a draft step that the verifier rejected never appears; a write denied by the client never ran and
   does not appear either (the agent is told);
 - a function call appears when it goes out to the client (``function_call``): a drafted read while the
-  draft is written (reads are reversible), a write only after the verifier accepted it;
+  draft is written (reads are reversible), a write only after the verifier accepted it; the client reads
+  of one parallel action go out together, in the response that ends the turn;
 - an approval request (``mcp_approval_request``) and the agent's message (``message``) end the turn.
 """
 
@@ -22,7 +24,7 @@ from ..sessions.turns import ENDS_TURN
 from .translate import SAMPLING, response_id
 
 Records = Sequence[dict[str, Any]]
-Labels = Mapping[str, str]  # an MCP tool's name -> its server's label
+Labels = Mapping[str, str]  # an MCP tool's name -> its server's label (``ToolLabels``: and which tools read)
 ENDS = (*ENDS_TURN, "final")  # what ends the agent's turn, or the session
 BOUNDARIES = ("accepted", "rejected", "redraft", "commit")  # after these, no drafted read is pending
 FINAL_STATUS = {"done": "completed", "failed": "failed", "cancelled": "cancelled", "timed_out": "incomplete"}
@@ -60,21 +62,19 @@ def output_items(turn: Records, sid: str, labels: Labels) -> list[dict[str, Any]
     """The turn's output items (see the module doc); ``labels``: the MCP server of each MCP tool (a tool
     not in it is a function tool)."""
     out: list[dict[str, Any]] = []
-    pending: list[tuple[dict[str, Any], dict[str, Any]]] = []  # drafted reads of the block: (action, observation)
-    result: dict[str, Any] | None = None
+    pending: list[tuple[dict[str, Any], dict[str, Any]]] = []  # drafted reads of the block: (call, observation)
+    results: list[tuple[str, dict[str, Any]]] = []  # (tool, observation) of the calls run since the last draft
     for r in turn:
         t = r["t"]
         if t == "created" and r.get("tools") is not None:
             out += _listings(r, sid, labels)
         elif t == "tool_result":
-            result = r["observation"]
-        elif t == "drafted" and r.get("action", {}).get("kind") == "tool" and result is not None:
-            pending.append((r["action"], result))
+            results.append((r["name"], r["observation"]))
+        elif t == "drafted" and r.get("action", {}).get("kind") == "tool" and results:
+            pending += _drafted(r["action"], results)
+            results = []
         elif t == "commit" and not any(s["action"]["kind"] == "message" for s in r["steps"]):
-            out += [_mcp_call(s["action"], s["observation"], sid, r["seq"], i, labels)
-                    for i, (s, key) in enumerate(zip(r["steps"], r["keys"], strict=True))
-                    if s["action"]["kind"] == "tool" and s["action"]["name"] in labels
-                    and (s["effect"] == "read" or key is not None)]
+            out += _committed(r, sid, labels)
         elif t == "agent_message":
             out += [_mcp_call(a, o, sid, r["seq"], i, labels) for i, (a, o) in enumerate(pending)
                     if a["name"] in labels]
@@ -86,16 +86,63 @@ def output_items(turn: Records, sid: str, labels: Labels) -> list[dict[str, Any]
             out.append({"type": "mcp_approval_request", "id": r["id"], "server_label": labels.get(r["name"], ""),
                         "name": r["name"], "arguments": json.dumps(r["arguments"])})
         if t in BOUNDARIES or t == "agent_message":
-            pending = []
+            pending, results = [], []
     return out
 
 
-def labels_of(created: dict[str, Any], mcp: Sequence[str]) -> dict[str, str]:
+class ToolLabels(dict[str, str]):
+    """An MCP tool's name -> its server's label, and ``reads``: the session's read-only tools. A parallel
+    write step's calls without a write key are its reads (shown) or writes the client denied (never shown)."""
+
+    def __init__(self, labels: Mapping[str, str], reads: frozenset[str] = frozenset()):
+        super().__init__(labels)
+        self.reads = reads
+
+
+def _calls(action: dict[str, Any]) -> list[dict[str, Any]]:
+    """A tool action's calls, in order: its first, then a parallel action's ``more``."""
+    return [{"name": action["name"], "arguments": action.get("arguments", {})}, *(action.get("more") or [])]
+
+
+def _drafted(action: dict[str, Any], results: list[tuple[str, dict[str, Any]]]) -> list[tuple[dict, dict]]:
+    """A drafted read action's (call, observation) pairs. A one-call action's result is the latest; a parallel
+    action's calls ran together, so each takes the first unclaimed result of its tool, in the order they came."""
+    calls = _calls(action)
+    if len(calls) == 1:
+        return [(calls[0], results[-1][1])]
+    free, out = list(results), []
+    for c in calls:
+        found = next((i for i, (name, _) in enumerate(free) if name == c["name"]), None)
+        if found is not None:
+            out.append((c, free.pop(found)[1]))
+    return out
+
+
+def _committed(commit: dict[str, Any], sid: str, labels: Labels) -> list[dict[str, Any]]:
+    """A commit's MCP calls: each call of each tool step that ran (a read, or a write with its key). A
+    step's calls are numbered from the step's own index on, so a one-call step keeps its id."""
+    out: list[dict[str, Any]] = []
+    index, reads = 0, getattr(labels, "reads", frozenset())
+    for s, key in zip(commit["steps"], commit["keys"], strict=True):
+        calls = _calls(s["action"]) if s["action"]["kind"] == "tool" and s["observation"] else []
+        several = len(calls) > 1
+        keys = key if isinstance(key, list) else [key] * len(calls)
+        parts = (s["observation"].get("parts") or []) if several else [s["observation"]] * len(calls)
+        for c, (call, k, part) in enumerate(zip(calls, keys, parts)):
+            ran = s["effect"] == "read" or k is not None or (several and call["name"] in reads)
+            if call["name"] in labels and ran:
+                out.append(_mcp_call(call, part, sid, commit["seq"], index + c, labels))
+        index += max(len(calls), 1)
+    return out
+
+
+def labels_of(created: dict[str, Any], mcp: Sequence[str]) -> ToolLabels:
     """The MCP server of each MCP tool of a session, from its ``created`` record: a tool of its
     ``more_sources`` names its own; the others are its ``tool_source``'s, where that is one of ``mcp``."""
     main = created["request"]["tool_source"]
     tools = created.get("tools") or []
-    return {t["name"]: t.get("source", main) for t in tools if t.get("source", main) in mcp}
+    return ToolLabels({t["name"]: t.get("source", main) for t in tools if t.get("source", main) in mcp},
+                      frozenset(t["name"] for t in tools if (t.get("annotations") or {}).get("read_only")))
 
 
 def _listings(created: dict[str, Any], sid: str, labels: Labels) -> list[dict[str, Any]]:
@@ -136,6 +183,7 @@ def usage(turn: Records) -> dict[str, Any]:
                             "by_model": by_model}}
 
 
+# the echo of a turn whose meta says nothing of it: a turn's own ``echo`` (translate.applied) overrides it
 ECHO = {**SAMPLING, "tool_choice": "auto", "parallel_tool_calls": False, "truncation": "disabled",
         "text": {"format": {"type": "text"}}, "reasoning": None, "max_output_tokens": None, "max_tool_calls": None,
         "service_tier": "default", "safety_identifier": None, "prompt_cache_key": None, "user": None,

@@ -309,8 +309,10 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         own = await replayed(body, who) if body.previous_response_id is None else None
 
         async def begin(first: ResponseCreate) -> tuple[str, int, int, None]:
-            out = await coordinator("create", create_request(first, terms), owner=who, idempotency_key=key,
-                                    turn=meta(body, now, echoed_tools(body)), retry=key is not None)
+            req = create_request(first, terms)
+            out = await coordinator("create", req, owner=who, idempotency_key=key,
+                                    turn=meta(body, now, echoed_tools(body), bool(req.parallel_calls)),
+                                    retry=key is not None)
             return out["session_id"], 0, 0, None
 
         if body.previous_response_id is None and own is None:

@@ -44,7 +44,7 @@ NEVER_FROM_CLIENTS = ("server_url", "headers", "authorization", "connector_id") 
 HOSTED = ("mcp", "function")  # tool types this server runs; any other is refused or dropped (``Terms.unhosted``)
 SAMPLING = {"temperature": 0.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_logprobs": 0}
 
-__all__ = ["ResponseCreate", "Terms", "create_request", "turn_post", "applied", "meta"]
+__all__ = ["ResponseCreate", "Terms", "create_request", "turn_post", "applied", "meta", "parallel_of"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ class Terms:
     unhosted: Literal["refuse", "drop"] = "refuse"
     text_only_model: str | None = None  # the model an image or a file is refused for, if the engines read text only
     counter: TokenCounter = field(default_factory=TokenCounter)  # POST /v1/responses/input_tokens
+    parallel: bool = False  # the profile's defaults.parallel_calls: the most parallel_tool_calls can turn on
 
     @classmethod
     def of(cls, cfg: AppConfig) -> Terms | None:
@@ -70,7 +71,8 @@ class Terms:
             return None
         verifier = cfg.engines.verifier if isinstance(cfg.engines, OpenAIEngines) else None
         return cls(tuple(cfg.methods), dict(cfg.gateway.model_aliases), mcp, clients[0] if clients else None,
-                   cfg.gateway.unhosted_tools, verifier.model if verifier else None, TokenCounter(verifier))
+                   cfg.gateway.unhosted_tools, verifier.model if verifier else None, TokenCounter(verifier),
+                   cfg.defaults.parallel_calls)
 
     def method(self, model: str) -> str:
         """The method ``model`` names (400 for a name that is neither a method nor an alias)."""
@@ -100,13 +102,21 @@ def refused(body: ResponseCreate) -> None:
                          "prompt", "unsupported_parameter")
 
 
-def applied(body: ResponseCreate, tools: list[dict[str, Any]]) -> dict[str, Any]:
+def parallel_of(body: ResponseCreate, terms: Terms) -> bool:
+    """Whether a new session runs with parallel calls: the specification's default is true, so what the
+    profile allows (``defaults.parallel_calls``), unless the client asks ``parallel_tool_calls: false``
+    (then an action holds one tool call)."""
+    return terms.parallel and body.parallel_tool_calls is not False
+
+
+def applied(body: ResponseCreate, tools: list[dict[str, Any]], parallel: bool = False) -> dict[str, Any]:
     """The response object's fields that say what was applied of ``body``. Sampling: the engines decode
-    greedily (temperature 0) whatever was asked; an action holds one tool call (no parallel calls);
-    nothing is truncated; the final message is text; reasoning settings are not passed on."""
+    greedily (temperature 0) whatever was asked; an action holds several tool calls only where the
+    session runs with ``parallel`` calls; nothing is truncated; the final message is text; reasoning
+    settings are not passed on."""
     choice = body.tool_choice if body.tool_choice == "none" or _allowed_choice(body.tool_choice) else "auto"
     choice = choice.model_dump(mode="json", exclude_none=True) if isinstance(choice, AllowedToolsChoice) else choice
-    return {**SAMPLING, "tool_choice": choice, "parallel_tool_calls": False, "truncation": "disabled",
+    return {**SAMPLING, "tool_choice": choice, "parallel_tool_calls": parallel, "truncation": "disabled",
             "text": {"format": {"type": "text"}}, "reasoning": None, "max_output_tokens": None,
             "max_tool_calls": None, "service_tier": "default", "safety_identifier": body.safety_identifier,
             "prompt_cache_key": body.prompt_cache_key, "user": body.user, "tools": tools,
@@ -118,9 +128,11 @@ def _conversation_id(body: ResponseCreate) -> str | None:
     return value if value is None or isinstance(value, str) else value.id
 
 
-def meta(body: ResponseCreate, created_at: int, tools: list[dict[str, Any]]) -> TurnMeta:
+def meta(body: ResponseCreate, created_at: int, tools: list[dict[str, Any]], parallel: bool = False) -> TurnMeta:
+    """The turn's ``TurnMeta``; ``parallel``: whether its session runs with parallel calls (echoed)."""
     return TurnMeta(model=body.model, metadata=body.metadata or {}, background=bool(body.background),
-                    created_at=created_at, tools=tools, store=body.store is not False, echo=applied(body, tools))
+                    created_at=created_at, tools=tools, store=body.store is not False,
+                    echo=applied(body, tools, parallel))
 
 
 # -- a new conversation ----------------------------------------------------------------------------------
@@ -136,7 +148,8 @@ def create_request(body: ResponseCreate, terms: Terms, reading: Reading | None =
     opening = "\n\n".join(t for i in users if (t := text(i.content)))
     earlier = [*reading.history, *(i for i in reading.new if not isinstance(i, MessageItem))]
     return _validated(CreateSession, message=opening or CONTINUE, user="client", method=terms.method(body.model),
-                      instructions=instructions_of(body, reading), context=context(earlier), **tools_of(body, terms))
+                      instructions=instructions_of(body, reading), context=context(earlier),
+                      parallel_calls=parallel_of(body, terms), **tools_of(body, terms))
 
 
 def read_input(body: ResponseCreate) -> Reading:
@@ -294,12 +307,15 @@ def turn_post(body: ResponseCreate, previous: int, request: CreateSession, terms
         asked = tools_of(body, terms)
         if asked != {k: getattr(request, k) for k in asked}:
             raise Conflict("a handoff: other tools", "tools", "handoff")
+    parallel = terms.parallel if request.parallel_calls is None else request.parallel_calls
+    if body.parallel_tool_calls is not None and parallel_of(body, terms) != parallel:
+        raise Conflict("a handoff: other parallel_tool_calls", "parallel_tool_calls", "handoff")
     inputs = [x for x in (_input(i) for i in new) if x is not None]
     if not inputs:
         raise BadRequest("input: nothing new to continue with (a user message, function_call_output or "
                          "mcp_approval_response)", "input")
     return _validated(TurnPost, previous=previous, inputs=inputs,
-                      meta=meta(body, created_at, echoed_tools(body)))
+                      meta=meta(body, created_at, echoed_tools(body), parallel))
 
 
 def _input(item: Any) -> UserMessage | ToolResult | ApprovalPost | None:

@@ -21,7 +21,7 @@ from ...models.users import GREETING
 from ...protocol.baselines import METHODS
 from ...protocol.interfaces import EngineUnavailable
 from ...protocol.runtime import Parts, SpecConfig
-from ...protocol.types import Effect, History, Observation, Task, ToolCall, UserToolCall
+from ...protocol.types import Effect, History, Observation, Task, Tier, ToolCall, UserToolCall
 from ..core.api import Approval, CreateSession
 from ..core.catalog import Catalog
 from ..core.config import AppConfig, ClientSource
@@ -52,7 +52,11 @@ class SessionTools:
         self._durable = durable
 
     def classify(self, call: ToolCall) -> Effect:
-        return self.catalog.effect(call.name)
+        return self.catalog.classify(call)  # WRITE for any call above READ: its tier's rules included
+
+    def tier(self, call: ToolCall) -> Tier:
+        """The call's risk tier from the session's Catalog (a ``TieredTools``)."""
+        return self.catalog.tier(call)
 
     def validate(self, call: ToolCall) -> str | None:
         return self.catalog.validator.check(call)
@@ -160,8 +164,12 @@ class SessionRunner:
         self.block_sizes = BlockSizes(cfg.speculation, cfg.hardware, cfg.defaults.k,
                                       engine_load(engines.priority, running, cfg.coordinators, reps), reps)
 
+    def parallel_calls(self, s: Session) -> bool:
+        """Whether ``s`` runs with parallel calls: its own ``parallel_calls``, else the profile's default."""
+        return self.cfg.defaults.parallel_calls if s.request.parallel_calls is None else s.request.parallel_calls
+
     def parts(self, s: Session, catalog: Catalog) -> Parts:
-        weak, strong, verifier = self.engines.models(s, catalog)
+        weak, strong, verifier = self.engines.models(s, catalog, parallel=self.parallel_calls(s))
 
         async def run(call: ToolCall, key: str | None):
             """A call goes to the source its tool comes from: the client, or the tool host."""
@@ -199,7 +207,7 @@ class SessionRunner:
             await parts.tools.finish_intents()  # type: ignore[attr-defined]
             spec = SpecConfig(k=s.request.k or self.cfg.defaults.k,
                               max_steps=s.request.max_steps or self.cfg.defaults.max_steps,
-                              review_messages=s.request.review_messages)
+                              review_messages=s.request.review_messages, parallel_calls=self.parallel_calls(s))
             start = History(s.task, tuple(s.steps)) if s.steps else None
             method = METHODS[s.request.method or self.cfg.defaults.method]
             trajectory = await method(s.task, parts, spec, start)

@@ -101,6 +101,7 @@ class Session:
     def __post_init__(self) -> None:
         self._mark = self.clock()
         self.approvals = Approvals(self.id)
+        self.turns.waiting = self.pending_calls  # a turn answers all of them or none (turns.py)
 
     # -- records and events -----------------------------------------------------------------------
 

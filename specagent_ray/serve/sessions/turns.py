@@ -7,6 +7,8 @@ at its ``turn`` record, followed by its inputs (user messages, client tool resul
 Guarantees:
 - a turn continues only the latest one (409 otherwise), and takes only inputs the session waits for:
   a pending client tool call's result, an answer to an open approval request (404 otherwise);
+- a turn that gives client tool results gives one for every call the agent waits on (400 otherwise): the
+  calls of a parallel action go out together, and the agent goes on only once it has all their results;
 - inputs that were already taken (the same tool result or approval posted again, or a turn repeated
   with its Idempotency-Key) answer with the turn that took them and record nothing: a write runs once;
 - an approval request is asked once per verified write; a restart that re-proposes the same write finds
@@ -17,14 +19,15 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, StrictBool
 
 from ...protocol.types import ToolCall
 from ..core.api import Body, ToolResult, UserMessage
-from ..core.errors import Conflict, NotFound
+from ..core.errors import BadRequest, Conflict, NotFound
 from ..log.records import ApprovalAnswer, ApprovalRequest, TurnMeta
 
 ENDS_TURN = ("agent_message", "tool_call_pending", "approval_request")  # records after which the client acts
@@ -112,6 +115,7 @@ class Turns:
     starts: dict[int, int] = field(default_factory=lambda: {0: 0})  # a turn's number -> its first record's seq
     keys: dict[str, int] = field(default_factory=dict)  # a turn's Idempotency-Key -> its number
     took: dict[str, int] = field(default_factory=dict)  # "call:<id>" / "approval:<id>" -> the turn that took it
+    waiting: Mapping[str, Any] = field(default_factory=dict)  # the client calls the agent waits on, by call id
 
     def repeat(self, post: TurnPost, key: str | None, approvals: Approvals) -> int | None:
         """The turn that already took this post (by its key, or every input it carries), or None; 409 for
@@ -130,6 +134,12 @@ class Turns:
         if post.previous != self.count - 1:
             raise Conflict(f"turn {post.previous} is not this conversation's latest (turn {self.count - 1}); "
                            "continue from the latest", "previous_response_id", "not_latest")
+        answered = {item.call_id for item in post.inputs if isinstance(item, ToolResult)}
+        missing = [call_id for call_id in self.waiting if call_id not in answered]
+        if answered and missing:
+            raise BadRequest(f"no output for function call{'s' if len(missing) > 1 else ''} {', '.join(missing)}: "
+                             "send the output of every function call of the response together", "input",
+                             "missing_function_call_output")
         n, self.count, self.ended = self.count, self.count + 1, False
         if key is not None:
             self.keys[key] = n
