@@ -15,7 +15,8 @@ import asyncio
 import logging
 from typing import Any
 
-from ...protocol.types import Effect, History, Task, Termination, Trajectory
+from ...protocol.types import History, Task, Termination, Tier, Trajectory
+from ...tools.tiers import TierTable
 from ..core.api import CreateSession, refusal
 from ..core.catalog import Catalog
 from ..core.config import (
@@ -168,35 +169,50 @@ class ToolSources:
         return catalog
 
     async def _catalog(self, req: CreateSession, source) -> Catalog:
-        """The client's own tools (client sources), else the source's (see the module doc)."""
+        """The source's tools under its tiers (the client's own tools for client sources; see the module doc):
+        the benchmark's or the MCP server's tiers, then the source's ``overrides`` and ``tier_rules``. A rule
+        or override naming a tool the source lacks (an MCP server that dropped it) is a 409, and logged."""
+        try:
+            return await self._tiered_catalog(req, source)
+        except ValueError as exc:
+            log.warning("tool source %r: %s", req.tool_source, exc)
+            raise Conflict(f"tool source {req.tool_source!r} is misconfigured: {exc}") from None
+
+    async def _tiered_catalog(self, req: CreateSession, source) -> Catalog:
         if isinstance(source, ClientSource):
             from ...tools.mcp import effect_of
 
             return Catalog({t.name: t.parameters for t in req.client_tools},
                            {t.name: effect_of(t.name, t.read_only, source.trusted, source.overrides)
-                            for t in req.client_tools})
+                            for t in req.client_tools}).of_source(source, req.tool_source)
         if isinstance(source, BfclSource):  # each case has its own backends: a catalog per case
             from ...tools.bfcl import effect, load_cases
 
             tools = load_cases(source.category)[req.task_id].tools(typed=False)  # type: ignore[index]
-            return Catalog(tools, {n: effect(n) for n in tools})
+            return Catalog(tools, {n: effect(n) for n in tools}).of_source(source, req.tool_source)
         cached = self._catalogs.get(req.tool_source)
         if cached is None or isinstance(source, McpSource):
             if isinstance(source, Tau2Source):
                 d = await self.domain(source.domain)
-                cached = Catalog(d.tool_schemas, {n: d.effect(n) for n in d.tool_schemas}, d.policy)
+                cached = Catalog.tiered(d.tool_schemas, source.tier_table(d.tiers(), req.tool_source), d.policy)
             else:
                 assert isinstance(source, McpSource)
-                try:
-                    tools = await self.tool_host.describe(req.tool_source)
-                except Exception as exc:  # noqa: BLE001 - the server is configured but down
-                    log.warning("tool source %r cannot describe its tools: %s", req.tool_source, exc)
-                    raise Conflict(f"tool source {req.tool_source!r} is unavailable; try again later") from None
-                schemas = {n: t["parameters"] for n, t in tools.items()}
-                effects = {n: Effect(t["effect"]) for n, t in tools.items()}
-                if cached is None or (cached.schemas, cached.effects) != (schemas, effects):
-                    cached = Catalog(schemas, effects)  # a new object: running sessions keep the one they have
+                cached = await self._mcp_catalog(req, source, cached)
             self._catalogs[req.tool_source] = cached
+        return cached
+
+    async def _mcp_catalog(self, req: CreateSession, source: McpSource, cached: Catalog | None) -> Catalog:
+        try:
+            tools = await self.tool_host.describe(req.tool_source)
+        except Exception as exc:  # noqa: BLE001 - the server is configured but down
+            log.warning("tool source %r cannot describe its tools: %s", req.tool_source, exc)
+            raise Conflict(f"tool source {req.tool_source!r} is unavailable; try again later") from None
+        schemas = {n: t["parameters"] for n, t in tools.items()}
+        base = TierTable({n: Tier(t.get("tier", t["effect"])) for n, t in tools.items()})
+        fresh = Catalog.tiered(schemas, source.tier_table(base, req.tool_source))
+        same = cached is not None and (cached.schemas, cached.tiers) == (fresh.schemas, fresh.tiers)
+        if not same:
+            return fresh  # a new object: running sessions keep the one they have
         return cached
 
 

@@ -71,12 +71,14 @@ class ToolHost:
         return self.sources[name]
 
     async def describe(self, source: str) -> dict[str, dict[str, Any]]:
-        """``{tool: {"parameters": schema, "effect": "read"|"write"}}`` for an MCP source."""
+        """``{tool: {"parameters": schema, "effect": "read"|"write", "tier": "read"|"write"|"critical"}}`` for an
+        MCP source (the tier from the server's annotations if trusted, and the source's overrides)."""
         spec = self._source(source)
         if not isinstance(spec, McpSource):
             raise UnknownSource(f"tool source {source!r} is {spec.kind}, not mcp")
         box = await self._toolbox(source, spec)
-        return {t.name: {"parameters": t.parameters, "effect": t.effect.value} for t in box.catalog.values()}
+        return {t.name: {"parameters": t.parameters, "effect": t.effect.value, "tier": t.tier.value}
+                for t in box.catalog.values()}
 
     async def execute(self, source: str, session_id: str, call: ToolCall, key: str | None = None,
                       epoch: int | None = None, task_id: str | None = None, side: str = "agent") -> Observation:
