@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     mc.add_argument("--p", type=lambda s: tuple(float(x) for x in _csv(s)), default=(0.5, 0.7, 0.9))
     mc.add_argument("--n", type=int, default=4, help="block length")
     mc.add_argument("--steps", type=int, default=30_000, help="committed steps per point")
+    mc.add_argument("--escalate", type=lambda s: tuple(float(x) for x in _csv(s)), default=(),
+                    help="the three-tier chain's escalation rates e (e.g. 0.2,0.5): its Proposition, predicted "
+                         "and measured, next to Proposition 1's")
     from .bench.roofline import add_parser as add_roofline_parser
 
     add_roofline_parser(bench)
@@ -110,9 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.meter import add_parser as add_meter_parser
 
     add_meter_parser(bench)
+    from .bench.beyond import add_parser as add_beyond_parser
     from .bench.calls import add_parser as add_calls_parser
 
     add_calls_parser(bench)
+    add_beyond_parser(bench)
     add_results_parser(sub)
     from .loadtest.command import add_parser as add_loadtest_parser
 
@@ -248,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.suite == "theory":
             from .bench.montecarlo import report_theory
 
-            return report_theory(console, args.p, args.n, args.steps)
+            return report_theory(console, args.p, args.n, args.steps, args.escalate)
         if args.suite == "roofline":
             from .bench.roofline import run_from_args
 
@@ -261,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.meter import run_from_args as run_meter
 
             return run_meter(args, console)
+        if args.suite == "beyond":
+            from .bench.beyond import run_from_args as run_beyond
+
+            return run_beyond(args, console)
         if args.suite == "calls":
             from .bench.calls import run_from_args as run_calls
 

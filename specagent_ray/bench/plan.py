@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from ..costs.fleet import SHARD_STEPS_PER_S, Plan, PlanInputs, decode_knee, make
 from ..costs.planner import Acceptance, Engine, Traffic, token_model_shapes
 from ..costs.profiles import read_profile
 from ..costs.specs import GpuProfile, gpu_names, load_gpu, load_model
+from .plan_chain import NAMES, add_chain_args, chain_dict, chain_from, chain_table, mid_gpus
 from .plan_compare import Side, compare_dict, compare_table
 from .plan_inputs import from_bench
 
@@ -118,6 +119,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c.add_argument("--tasks", default="airline:0-19", help="task mix of the load tests and of the bench run the "
                    "planner's inputs come from (when --from-bench is not given)")
     c.add_argument("--trials", type=int, default=3, help="trials of that bench run")
+    add_chain_args(p)
     return p
 
 
@@ -178,17 +180,18 @@ def resolve(args: argparse.Namespace) -> Resolved:
     strong_n, weak_n = _replicas(args.strong_replicas, "--strong-replicas"), _replicas(args.weak_replicas, "--weak-replicas")
     strong = Engine(load_model(args.strong_model), gpu, args.strong_gpus, strong_n or 1, args.max_batch)
     weak = Engine(load_model(args.weak_model), gpu, args.weak_gpus, weak_n or 1, args.max_batch)
+    chain, mid, auto_mid = chain_from(args, gpu)
     labels = {"gpu": gpu_label, "traffic": "given", "shard capacity": "measured (sim profile, 2-core VM, "
               "`specagent-ray bench scale --client-processes 2`)" if args.shard_steps_per_s == SHARD_STEPS_PER_S
               else "given"}
     if args.from_bench:
         bench = from_bench(args.from_bench)
-        acc, shapes, steps = bench.acceptance, bench.shapes, args.steps_per_session or bench.steps_per_session
+        acc, shapes, steps = replace(bench.acceptance, chain=chain), bench.shapes, args.steps_per_session or bench.steps_per_session
         labels.update(acceptance=f"simulated ({bench.source})", tokens=f"simulated ({bench.source})")
     else:
         n = parse_blocks(args.n)
-        acc = (Acceptance.from_mean(args.p, n, args.rho, args.f) if isinstance(n, float)
-               else Acceptance.from_counts(args.p, n, args.rho, args.f))
+        acc = (Acceptance.from_mean(args.p, n, args.rho, args.f, chain) if isinstance(n, float)
+               else Acceptance.from_counts(args.p, n, args.rho, args.f, chain))
         steps = args.steps_per_session or 14.0
         shapes = token_model_shapes(acc, steps, args.system_tokens, args.new_tokens, args.step_tokens,
                                     args.verdict_tokens)
@@ -196,14 +199,16 @@ def resolve(args: argparse.Namespace) -> Resolved:
                       tokens="given (defaults: simulated token model, rounded)")
     inputs = PlanInputs(strong, weak, Traffic(args.sessions, steps, args.think_time_s), acc, shapes,
                         args.shard_steps_per_s, auto_weak=weak_n is None, auto_strong=strong_n is None,
-                        target_batch_strong=args.target_batch_strong, target_batch_weak=args.target_batch_weak)
+                        target_batch_strong=args.target_batch_strong, target_batch_weak=args.target_batch_weak,
+                        mid=mid, auto_mid=auto_mid)
     return Resolved(inputs, labels)
 
 
 def run_plan(args: argparse.Namespace, console: Console) -> int:
     resolved = resolve(args)
-    if args.compare_gpu and (args.check_sim or args.check_batch):
-        raise ValueError("--compare-gpu goes with a plan, not with --check-sim or --check-batch")
+    for flag, given in (("--compare-gpu", args.compare_gpu), ("--chain", resolved.inputs.mid)):
+        if given and (args.check_sim or args.check_batch):
+            raise ValueError(f"{flag} goes with a plan, not with --check-sim or --check-batch")
     if args.check_sim:
         from .plan_sim import run_check
 
@@ -213,9 +218,9 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
 
         return run_batch_check(args, resolved, console)
     plan = make_plan(resolved.inputs, args.max_sessions, args.points)
-    for table in tables(plan, resolved.labels):
+    for table in tables(plan, resolved.labels) + ([chain_table(plan)] if plan.inputs.mid else []):
         console.print(table)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = chain_dict(plan)
     if args.compare_gpu:
         other = resolve(argparse.Namespace(**{**vars(args), "gpu": args.compare_gpu}))
         b = Side("--compare-gpu", args.compare_gpu, other.labels["gpu"],
@@ -263,27 +268,27 @@ def tables(plan: Plan, labels: dict[str, str]) -> list[Table]:
 
 
 def _load_table(plan: Plan) -> Table:
-    so, sa = plan.at_load["strong"], plan.at_load["specagent"]
-    i = plan.inputs
+    so, sa = plan.at_load["strong"], plan.at_load[plan.inputs.method]
+    i, name = plan.inputs, NAMES[plan.inputs.method]
     t = Table(title=f"At {i.traffic.sessions:g} sessions on {i.strong.replicas} verifier replica(s) "
-                    "(ESTIMATED; saving = Strong-only / SpecAgent)")
-    for col in ("figure", "Strong-only", "SpecAgent", "saving", "label"):
+                    f"(ESTIMATED; saving = Strong-only / {name})")
+    for col in ("figure", "Strong-only", name, "saving", "label"):
         t.add_column(col, justify="right" if col not in ("figure", "label") else "left")
     rows = [("committed steps / s", f"{so.steps_per_s:.1f}", f"{sa.steps_per_s:.1f}", "", "estimated"),
             ("strong batch per replica (sequences)", f"{so.batch_strong:.1f}", f"{sa.batch_strong:.1f}", "", "estimated"),
             ("drafter batch per replica / replicas", "-", f"{sa.batch_weak:.1f} / {_weak_reps(plan)}", "", "estimated"),
             ("strong HBM per committed step, TB", _tb(so.cost.strong.hbm), _tb(sa.cost.strong.hbm),
              _x(plan.saving["hbm"]), "estimated"),
-            ("GPU-s per committed step (strong + weak)", f"{so.cost.gpu_s:.3f}", f"{sa.cost.gpu_s:.3f}",
+            ("GPU-s per committed step (all roles)", f"{so.cost.gpu_s:.3f}", f"{sa.cost.gpu_s:.3f}",
              _x(plan.saving["gpu_s"]), "estimated"),
             ("step latency s (engines + queueing)", f"{so.step_latency_s:.2f}", f"{sa.step_latency_s:.2f}",
              _x(plan.saving["latency"]), "estimated"),
             ("capped by (sessions queue)", so.capped or "-", sa.capped or "-", "", "estimated"),
             ("speculation controller's K here: latency / gpu_seconds / strong_hbm", "-", _adaptive_k(plan), "",
              "estimated"),
-            ("Prop. 1: R = f R_u at batch 1 (v/d " + f"{plan.v_over_d:.2f})", "1", f"{plan.r_predicted:.3f}",
+            (("Prop. 1: R = f R_u" if i.mid is None else "chain: R = f R_chain") + f" at batch 1 (v/d {plan.v_over_d:.2f})", "1", f"{plan.r_predicted:.3f}",
              _x(1 / plan.r_predicted), "estimated"),
-            ("Prop. 2: L = f L_u + (1-f) kappa at batch 1 (kappa " + f"{plan.kappa:.2f})", "1",
+            (("Prop. 2: L = f L_u" if i.mid is None else "chain: L = f L_chain") + f" + (1-f) kappa at batch 1 (kappa {plan.kappa:.2f})", "1",
              f"{plan.l_predicted:.3f}", _x(1 / plan.l_predicted), "estimated")]
     for row in rows:
         t.add_row(*row)
@@ -338,9 +343,9 @@ def _fleet_table(plan: Plan) -> Table:
     i = plan.inputs
     t = Table(title=f"Fleet for {i.traffic.sessions:g} sessions, each replica at its target batch (ESTIMATED; "
                     "shards from the measured shard capacity)")
-    for col in ("figure", "Strong-only", "SpecAgent"):
+    for col in ("figure", "Strong-only", NAMES[i.method]):
         t.add_column(col, justify="right" if col != "figure" else "left")
-    so, sa = plan.sizing["strong"], plan.sizing["specagent"]
+    so, sa = plan.sizing["strong"], plan.sizing[plan.inputs.method]
     knee = decode_knee(i.strong, i.shapes.step.prompt)
     rows = [("target batch strong / weak (strong compute knee: " + ("none" if knee is None else f"{knee:.0f}") + ")",
              f"{so.target_batch_strong:.0f} / -", f"{sa.target_batch_strong:.0f} / {sa.target_batch_weak:.0f}"),
@@ -351,10 +356,10 @@ def _fleet_table(plan: Plan) -> Table:
              f"{sa.strong_decode_tokens_per_s:,.0f}"),
             (f"verifier replicas (x {i.strong.gpus} GPUs)", str(so.strong_replicas), str(sa.strong_replicas)),
             (f"drafter replicas (x {i.weak.gpus} GPUs)", "0", str(sa.weak_replicas)),
-            ("GPUs in all", str(so.strong_replicas * i.strong.gpus),
-             str(sa.strong_replicas * i.strong.gpus + sa.weak_replicas * i.weak.gpus)),
+            ("GPUs in all" + (" (with the mid verifiers)" if i.mid else ""), str(so.strong_replicas * i.strong.gpus),
+             str(gpus := sa.strong_replicas * i.strong.gpus + sa.weak_replicas * i.weak.gpus + mid_gpus(plan))),
             ("GPUs per committed step/s", f"{so.strong_replicas * i.strong.gpus / so.steps_per_s:.2f}",
-             f"{(sa.strong_replicas * i.strong.gpus + sa.weak_replicas * i.weak.gpus) / sa.steps_per_s:.2f}"),
+             f"{gpus / sa.steps_per_s:.2f}"),
             ("coordinator shards (at least 2 for restarts, docs/serving.md)", str(so.shards), str(sa.shards))]
     for row in rows:
         t.add_row(*row)

@@ -40,9 +40,9 @@ def plot(path: Path, plan: Plan) -> Path:
     left.set_ylabel("saving: Strong-only / SpecAgent (ESTIMATED)")
     left.legend(fontsize=8, loc="best")
     left.grid(alpha=0.3)
-    for method, style in (("strong", "-"), ("specagent", "--")):
+    for method, style in (("strong", "-"), (i.method, "--")):
         right.plot(xs, [p.batch_strong[method] for p in plan.sweep], style, color="tab:purple",
-                   label=f"{'Strong-only' if method == 'strong' else 'SpecAgent'}")
+                   label={"strong": "Strong-only", "specagent": "SpecAgent", "chain": "chain"}[method])
     right.set_xscale("log")
     right.set_yscale("log")
     right.set_xlabel("concurrent sessions")

@@ -62,6 +62,9 @@ class TrialResult(Frozen):
     repair_prompt_tokens: int = 0  # prompt tokens of strong repair calls ...
     repair_cached_tokens: int = 0  # ... and the part the engine served from its prefix cache
     flops_paper_layout: float = 0.0  # strong + weak FLOPs had repair prompts shared no prefix (estimated)
+    mid: RoleUsage | None = None  # the chain's mid verifier, when the run had one
+    critical_writes: int = 0  # CRITICAL calls executed, by the domain's tier table (bench/variants.py)
+    wrong_critical_writes: int = 0  # ... of which match no gold call (SIMULATED)
     label: str = "simulated"
 
 

@@ -18,10 +18,14 @@ from ..benchmarks import BfclBenchmark, benchmark
 from ..costs.hardware import Hardware
 from ..protocol.baselines import METHODS
 from ..protocol.runtime import Parts, SpecConfig
-from ..protocol.types import Task, Trajectory
+from ..models.gold import mid_judge
+from ..protocol.types import Task, ToolCall, Trajectory
+from ..tools.tau2 import Tau2Tools
+from ..tools.tiers import Tiered
 from ..telemetry.resources import report_from_ledger
 from .results import TrialResult, block_stats, paper_layout_strong_flops, repair_cache, role_usage
 from .simulation import SimSettings, simulated_parts
+from .variants import VARIANTS, Variant, critical_writes, variant_of
 
 HIDDEN = {"specactions": frozenset({"speculate"})}
 
@@ -38,35 +42,61 @@ class BenchConfig:
     workers: int = 2
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.methods if m not in METHODS]
+        unknown = [m for m in self.methods if m not in METHODS and m not in VARIANTS]
         if unknown:
-            raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+            raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join([*METHODS, *VARIANTS])}")
+        if any(variant_of(m).chain for m in self.methods) and self.hardware.mid_model is None:
+            raise ValueError("a chain variant needs a mid model to price (Hardware.mid_model)")
         if self.trials < 1:
             raise ValueError(f"trials must be >= 1, got {self.trials}")
 
 
-def _world(cfg: BenchConfig, task_id: str, trial: int) -> tuple[Task, Parts, Callable[[Trajectory], float]]:
-    """A task, fresh simulated parts and its grader: a tau2 domain, or a BFCL category (``bfcl-base``)."""
+def _world(cfg: BenchConfig, task_id: str, trial: int, variant: Variant = Variant("specagent")
+           ) -> tuple[Task, Parts, Callable[[Trajectory], float]]:
+    """A task, fresh simulated parts and its grader: a tau2 domain, or a BFCL category (``bfcl-base``), with
+    the variant's mechanisms (tier table on the tools, a mid verifier) in place."""
     bench = benchmark(cfg.domain)
+    sim = variant.sim(cfg.sim)
     if isinstance(bench, BfclBenchmark):
         from .bfcl import bfcl_parts
 
-        task, parts = bfcl_parts(cfg.domain, task_id, trial, cfg.sim)
+        if variant != Variant(variant.method):
+            raise ValueError(f"{cfg.domain}: the beyond-the-paper variants run on tau2 domains only")
+        task, parts = bfcl_parts(cfg.domain, task_id, trial, sim)
     else:
-        task, parts = simulated_parts(bench.domain, task_id, trial, cfg.sim)
+        tools = Tau2Tools(bench.domain, task=bench.domain.tasks[task_id])
+        tiered = Tiered(tools, bench.domain.tiers()) if variant.tiers else None
+        task, parts = simulated_parts(bench.domain, task_id, trial, sim, tiered or tools)
+        if variant.chain:
+            parts.mid = mid_judge(parts.verifier, sim.weak)  # type: ignore[arg-type]
     return task, parts, lambda t: bench.grade(task, t)
 
 
+def _critical(cfg: BenchConfig, task_id: str, trajectory: Trajectory) -> dict[str, int]:
+    """The trajectory's critical writes and wrong ones, by the tau2 domain's table (none for BFCL)."""
+    bench = benchmark(cfg.domain)
+    if isinstance(bench, BfclBenchmark):
+        return {}
+    domain = bench.domain
+    gold = {ToolCall(a.name, dict(a.arguments)).key()
+            for a in domain.tasks[task_id].evaluation_criteria.actions or [] if a.requestor == "assistant"}
+    done, wrong = critical_writes(trajectory, domain.tiers().tier, gold)
+    return {"critical_writes": done, "wrong_critical_writes": wrong}
+
+
 async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> TrialResult:
-    task, parts, grade = _world(cfg, task_id, trial)
+    variant = variant_of(method)
+    task, parts, grade = _world(cfg, task_id, trial, variant)
     start = time.perf_counter()
-    trajectory = await METHODS[method](task, parts, cfg.spec)
+    trajectory = await METHODS[variant.method](task, parts, variant.spec(cfg.spec))
     wall = time.perf_counter() - start
-    hidden = HIDDEN.get(method, frozenset())
+    hidden = HIDDEN.get(variant.method, frozenset())
     deployments = cfg.hardware.deployments()
     strong, weak = deployments["strong"], deployments["weak"]
     strong_used = role_usage(parts.ledger, "strong", strong.spec, strong.gpu, strong.n_gpus)
     weak_used = role_usage(parts.ledger, "weak", weak.spec, weak.gpu, weak.n_gpus, hidden)
+    mid = deployments.get("mid")
+    mid_used = role_usage(parts.ledger, "mid", mid.spec, mid.gpu, mid.n_gpus) if mid and variant.chain else None
     return TrialResult(
         method=method, task_id=task_id, trial=trial,
         reward=grade(trajectory),
@@ -75,6 +105,7 @@ async def run_trial(cfg: BenchConfig, method: str, task_id: str, trial: int) -> 
         blocks=block_stats(trajectory), resources=report_from_ledger(parts.ledger, deployments),
         **repair_cache(parts.ledger),
         flops_paper_layout=weak_used.flops + paper_layout_strong_flops(parts.ledger, strong),
+        mid=mid_used, **_critical(cfg, task_id, trajectory),
     )
 
 

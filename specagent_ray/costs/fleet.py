@@ -11,6 +11,9 @@ Pure (no Ray, no HTTP); the model is :mod:`specagent_ray.costs.planner`. Convent
   (KV reads or FLOPs) equals the pass's shared cost (weights, collectives), see :func:`amortizing_batch`;
   capped by ``max_batch`` and KV memory. Replicas = ceil(sequences the sessions keep in an engine / target
   batch), i.e. ceil(decode tokens/s needed / one replica's tokens/s at the target batch). Coordinator shards = ceil(committed steps/s / one shard's capacity), a MEASURED input.
+- With a three-tier chain (``acceptance.chain`` and a ``mid`` engine) the plan compares Strong-only with the
+  chain (method ``chain``) instead of SpecAgent; the mid verifier is a third fleet (fixed across the sweep,
+  ``mid.replicas``; sized at its target batch like the others).
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from dataclasses import dataclass, replace
 
 from .model import attention_flops_per_context
 from .planner import (
-    METHODS,
     METRICS,
     Acceptance,
     Calls,
@@ -60,8 +62,12 @@ class PlanInputs:
     auto_strong: bool = True
     target_batch_strong: float | None = None
     target_batch_weak: float | None = None
+    mid: Engine | None = None
+    auto_mid: bool = True
 
     def __post_init__(self) -> None:
+        if (self.mid is None) != (self.acceptance.chain is None):
+            raise ValueError("a chain needs both its rates (acceptance.chain) and its mid engine (mid)")
         if not self.shard_steps_per_s > 0:
             raise ValueError(f"shard capacity must be > 0 steps/s, got {self.shard_steps_per_s}")
         for name in ("target_batch_strong", "target_batch_weak"):
@@ -69,29 +75,40 @@ class PlanInputs:
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
 
+    @property
+    def method(self) -> Method:
+        """What the plan compares with Strong-only: the chain if there is one, else SpecAgent."""
+        return "specagent" if self.acceptance.chain is None else "chain"
 
-def weak_for(inputs: PlanInputs, sessions: float, method: Method | Calls = "specagent") -> Engine:
+    @property
+    def methods(self) -> tuple[Method, Method]:
+        return ("strong", self.method)
+
+
+def weak_for(inputs: PlanInputs, sessions: float, method: Method | Calls | None = None) -> Engine:
     """The drafter fleet at ``sessions``. With ``auto_weak``: ``ceil(X * T / target)`` replicas, with ``T``
     the method's weak time per step at the target batch (SpecAgent's, or a measured call mix's) and ``X`` the
     most committed steps/s the sessions can ask for (strong at batch 1, weak at its target) or the strong
     fleet can verify (at its batch cap), the lower."""
     if not inputs.auto_weak:
         return inputs.weak
+    method = inputs.method if method is None else method
     acc, shapes, strong, weak = inputs.acceptance, inputs.shapes, inputs.strong, inputs.weak
     target = _target(weak, inputs.target_batch_weak, shapes)
     weak_s = role_cost(method, "weak", acc, shapes, weak, target).latency_s
-    low = step_cost(method, acc, shapes, strong, weak)
+    low = step_cost(method, acc, shapes, strong, weak, mid=inputs.mid)
     cap = strong.batch_cap(shapes.max_context)
-    x = min(sessions / (inputs.traffic.think_time_s + low.strong.latency_s + weak_s),
+    x = min(sessions / (inputs.traffic.think_time_s + low.strong.latency_s + low.mid.latency_s + weak_s),
             strong.replicas * cap / role_cost(method, "strong", acc, shapes, strong, cap).latency_s)
     return replace(weak, replicas=max(1, math.ceil(x * weak_s / target - 1e-9)))
 
 
 def at(inputs: PlanInputs, sessions: float) -> dict[Method, Operating]:
-    """Both methods' operating points at ``sessions`` concurrent sessions."""
+    """Both methods' operating points at ``sessions`` concurrent sessions (Strong-only and ``inputs.method``)."""
     traffic = replace(inputs.traffic, sessions=sessions)
     weak = weak_for(inputs, sessions)
-    return {m: operate(m, traffic, inputs.acceptance, inputs.shapes, inputs.strong, weak) for m in METHODS}
+    return {m: operate(m, traffic, inputs.acceptance, inputs.shapes, inputs.strong, weak, mid=inputs.mid)
+            for m in inputs.methods}
 
 
 @dataclass(frozen=True)
@@ -109,8 +126,8 @@ def sweep(inputs: PlanInputs, max_sessions: float, points: int = 32) -> list[Swe
     out = []
     for n in grid:
         ops = at(inputs, n)
-        out.append(SweepPoint(n, savings(ops["strong"], ops["specagent"]),
-                              {m: ops[m].batch_strong for m in METHODS}))
+        out.append(SweepPoint(n, savings(ops["strong"], ops[inputs.method]),
+                              {m: ops[m].batch_strong for m in inputs.methods}))
     return out
 
 
@@ -120,7 +137,7 @@ def _first_at_or_below(inputs: PlanInputs, metric: str, lo: float, hi: float, be
     while hi - lo > 1:
         mid = (lo + hi) // 2
         ops = at(inputs, mid)
-        below = savings(ops["strong"], ops["specagent"])[metric] <= 1.0
+        below = savings(ops["strong"], ops[inputs.method])[metric] <= 1.0
         lo, hi = (lo, mid) if below == below_at_hi else (mid, hi)
     return float(hi)
 
@@ -197,6 +214,7 @@ class Sizing:
     shards: int
     strong_decode_tokens_per_s: float  # needed
     strong_replica_tokens_per_s: float  # one replica at its target batch
+    mid_replicas: int = 0  # the chain's mid verifiers, at the same target batch rule
 
 
 def _target(engine: Engine, given: float | None, shapes: Shapes) -> float:
@@ -211,15 +229,16 @@ def size(inputs: PlanInputs, method: Method) -> Sizing:
     shapes, acc, traffic = inputs.shapes, inputs.acceptance, inputs.traffic
     bs = _target(inputs.strong, inputs.target_batch_strong, shapes)
     bw = _target(inputs.weak, inputs.target_batch_weak, shapes)
-    cost: StepCost = step_cost(method, acc, shapes, inputs.strong, inputs.weak, bs, bw)
-    x = traffic.sessions / (traffic.think_time_s + cost.strong.latency_s + cost.weak.latency_s)
+    bm = 1.0 if inputs.mid is None else _target(inputs.mid, None, shapes)
+    cost: StepCost = step_cost(method, acc, shapes, inputs.strong, inputs.weak, bs, bw, inputs.mid, bm)
+    x = traffic.sessions / (traffic.think_time_s + cost.latency_s)
     strong_n = math.ceil(x * cost.strong.latency_s / bs - 1e-9)
     weak_n = math.ceil(x * cost.weak.latency_s / bw - 1e-9)
     decode = sum(k * s.decode for k, s in calls_per_step(method, acc, shapes)["strong"])
     one = call_at_batch(inputs.strong, replace(shapes.step, cached=shapes.step.prompt), bs)
-    return Sizing(method, bs, bw, x, cost.strong.latency_s + cost.weak.latency_s, strong_n, weak_n,
+    return Sizing(method, bs, bw, x, cost.latency_s, strong_n, weak_n,
                   max(1, math.ceil(x / inputs.shard_steps_per_s - 1e-9)), x * decode,
-                  bs * shapes.step.decode / one.latency_s)
+                  bs * shapes.step.decode / one.latency_s, math.ceil(x * cost.mid.latency_s / bm - 1e-9))
 
 
 @dataclass(frozen=True)
@@ -232,8 +251,8 @@ class Plan:
     sizing: dict[Method, Sizing]
     v_over_d: float  # verify over strong step, strong HBM at batch 1
     kappa: float  # weak draft step over strong step, latency at batch 1
-    r_predicted: float  # Proposition 1 on the reviewed share: f * R_u
-    l_predicted: float  # Proposition 2 on the reviewed share: f * L_u + (1 - f) kappa
+    r_predicted: float  # Proposition 1 on the reviewed share: f * R_u (the chain: f * R_chain)
+    l_predicted: float  # Proposition 2 on the reviewed share: f * L_u + (1 - f) kappa (the chain: L_chain)
 
 
 def make_plan(inputs: PlanInputs, max_sessions: float | None = None, points: int = 32) -> Plan:
@@ -241,18 +260,27 @@ def make_plan(inputs: PlanInputs, max_sessions: float | None = None, points: int
     if inputs.auto_strong:
         fleet = max(1, size(inputs, "strong").strong_replicas)
         inputs = replace(inputs, strong=replace(inputs.strong, replicas=fleet), auto_strong=False)
+    if inputs.mid is not None and inputs.auto_mid:
+        mids = max(1, size(inputs, "chain").mid_replicas)
+        inputs = replace(inputs, mid=replace(inputs.mid, replicas=mids), auto_mid=False)
     ops = at(inputs, inputs.traffic.sessions)
     top = max_sessions or max(1000.0, 20 * inputs.traffic.sessions)
     points_ = sweep(inputs, top, points)
     s, acc = inputs.strong, inputs.acceptance
     v_over_d = call_at_batch(s, inputs.shapes.verify, 1).hbm / call_at_batch(s, inputs.shapes.step, 1).hbm
-    kappa = call_at_batch(inputs.weak, inputs.shapes.draft, 1).latency_s / call_at_batch(s, inputs.shapes.step, 1).latency_s
-    return Plan(inputs, ops, savings(ops["strong"], ops["specagent"]), points_, crossovers(inputs, points_),
-                {m: size(inputs, m) for m in METHODS}, v_over_d, kappa, acc.f * acc.r_u(v_over_d),
-                acc.f * acc.l_u(v_over_d, kappa) + (1 - acc.f) * kappa)
+    step_s = call_at_batch(s, inputs.shapes.step, 1).latency_s
+    kappa = call_at_batch(inputs.weak, inputs.shapes.draft, 1).latency_s / step_s
+    if inputs.mid is None:
+        r, l_ = acc.r_u(v_over_d), acc.l_u(v_over_d, kappa)
+    else:
+        r = acc.r_chain(v_over_d)
+        l_ = acc.l_chain(v_over_d, kappa, call_at_batch(inputs.mid, inputs.shapes.verify, 1).latency_s / step_s)
+    return Plan(inputs, ops, savings(ops["strong"], ops[inputs.method]), points_, crossovers(inputs, points_),
+                {m: size(inputs, m) for m in inputs.methods}, v_over_d, kappa, acc.f * r,
+                acc.f * l_ + (1 - acc.f) * kappa)
 
 
 def per_call_hbm(inputs: PlanInputs, method: Method) -> float:
     """ESTIMATED strong HBM bytes per committed step with every call priced alone (batch 1), the way a
     session's resource report prices its ledger (what the sim's load tests can be checked against)."""
-    return step_cost(method, inputs.acceptance, inputs.shapes, inputs.strong, inputs.weak).strong.hbm
+    return step_cost(method, inputs.acceptance, inputs.shapes, inputs.strong, inputs.weak, mid=inputs.mid).strong.hbm

@@ -11,8 +11,9 @@ from .specs import gpu_names, load_gpu, load_model, model_names
 
 
 class Hardware(BaseModel):
-    """Strong and weak model specs on a named GPU profile (names from ``costs/data``; an unknown name is
-    refused with the known ones). The defaults are the paper's: Qwen3.5-397B-A17B on 16 H20, Qwen3-4B on 1."""
+    """Strong and weak model specs, and an optional mid verifier's (the three-tier chain), on a named GPU
+    profile (names from ``costs/data``; an unknown name is refused with the known ones). The defaults are the
+    paper's: Qwen3.5-397B-A17B on 16 H20, Qwen3-4B on 1, no mid verifier."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -21,11 +22,13 @@ class Hardware(BaseModel):
     gpu: str = Field("h20", description="the GPU profile both roles run on")
     strong_gpus: int = Field(16, ge=1, le=4096, description="GPUs of one verifier replica")
     weak_gpus: int = Field(1, ge=1, le=4096, description="GPUs of one drafter replica")
+    mid_model: str | None = Field(None, description="the mid verifier's model spec (e.g. qwen3-32b); None: no chain")
+    mid_gpus: int = Field(2, ge=1, le=4096, description="GPUs of one mid-verifier replica")
 
-    @field_validator("strong_model", "weak_model")
+    @field_validator("strong_model", "weak_model", "mid_model")
     @classmethod
-    def _known_model(cls, name: str) -> str:
-        if name not in model_names():
+    def _known_model(cls, name: str | None) -> str | None:
+        if name is not None and name not in model_names():
             raise ValueError(f"unknown model spec {name!r}; known: {', '.join(model_names())}")
         return name
 
@@ -37,7 +40,10 @@ class Hardware(BaseModel):
         return name
 
     def deployments(self) -> dict[str, RoleDeployment]:
-        """Each role's model spec on its GPUs, as the resource report needs them."""
+        """Each role's model spec on its GPUs, as the resource report needs them; "mid" only with a mid model."""
         gpu = load_gpu(self.gpu)
-        return {"strong": RoleDeployment(spec=load_model(self.strong_model), gpu=gpu, n_gpus=self.strong_gpus),
-                "weak": RoleDeployment(spec=load_model(self.weak_model), gpu=gpu, n_gpus=self.weak_gpus)}
+        out = {"strong": RoleDeployment(spec=load_model(self.strong_model), gpu=gpu, n_gpus=self.strong_gpus),
+               "weak": RoleDeployment(spec=load_model(self.weak_model), gpu=gpu, n_gpus=self.weak_gpus)}
+        if self.mid_model is not None:
+            out["mid"] = RoleDeployment(spec=load_model(self.mid_model), gpu=gpu, n_gpus=self.mid_gpus)
+        return out

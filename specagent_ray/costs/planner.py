@@ -3,7 +3,8 @@
 Pure functions of the inputs (no Ray, no HTTP). What it adds to Propositions 1/2 (``costs/theory.py``) and
 the per-call roofline (``costs/model.py``) is the batch:
 
-- **Per committed step** (Proposition 1's accounting, with a mix of block lengths): SpecAgent makes
+- **Per committed step** (Proposition 1's accounting, with a mix of block lengths; the calls are
+  ``costs/calls.py``'s, which also prices the three-tier chain's mid verifier as a third role): SpecAgent makes
   ``f / E`` verify calls and ``f * rho * (1 - p)`` separate strong repairs, and drafts ``f * n / E + 1 - f``
   weak steps, where ``f`` is the reviewed share of committed steps, ``n`` the mean block length and
   ``E = sum_n w_n (1 - p**n) / (1 - p)`` the expected committed steps per reviewed block. Strong-only makes
@@ -29,111 +30,19 @@ larger batches, Strong-only's more than SpecAgent's, and the saving shrinks. The
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
+from .calls import (  # Acceptance, calls_per_step and the shapes lived here before calls.py: still importable
+    METHODS as METHODS,
+)
+from .calls import Acceptance, Calls, CallShape, Method, Shapes, calls_per_step
+from .calls import Chain as Chain
 from .model import _sum_max_linear, _sum_range, attention_flops_per_context
 from .specs import GpuProfile, ModelSpec
-from .theory import expected_steps_per_block
 
-Method = Literal["strong", "specagent"]
-METHODS: tuple[Method, ...] = ("strong", "specagent")
 METRICS = ("hbm", "gpu_s", "latency")  # strong HBM, GPU-s of both roles, step latency; all per committed step
 MEMORY_UTILIZATION = 0.9  # share of GPU memory an engine may use for weights and KV (vLLM's default)
-
-
-@dataclass(frozen=True)
-class Acceptance:
-    """How speculation goes: per-step acceptance ``p``, the mix of reviewed block lengths (length, share of
-    blocks; shares sum to 1), ``rho`` (separate repairs per rejection) and ``f`` (reviewed share of committed
-    steps). Raises ValueError for anything outside its range."""
-
-    p: float
-    blocks: tuple[tuple[int, float], ...]
-    rho: float
-    f: float
-
-    def __post_init__(self) -> None:
-        for name, value, lo in (("p", self.p, 0.0), ("rho", self.rho, 0.0), ("f", self.f, 1e-9)):
-            if not lo <= value <= 1.0:
-                raise ValueError(f"{name} must lie in [{lo:g}, 1], got {value}")
-        if not self.blocks or any(n < 1 or int(n) != n or w < 0 for n, w in self.blocks):
-            raise ValueError(f"block lengths must be integers >= 1 with shares >= 0, got {self.blocks}")
-        if not math.isclose(sum(w for _, w in self.blocks), 1.0, rel_tol=1e-6):
-            raise ValueError(f"block shares must sum to 1, got {sum(w for _, w in self.blocks)}")
-
-    @classmethod
-    def from_mean(cls, p: float, n: float, rho: float, f: float) -> Acceptance:
-        """A mean block length ``n`` as a mix of floor(n) and ceil(n) blocks with that mean."""
-        if not n >= 1:
-            raise ValueError(f"the block length n must be >= 1, got {n}")
-        lo = math.floor(n)
-        hi_share = n - lo
-        blocks = ((lo, 1.0),) if hi_share == 0 else ((lo, 1 - hi_share), (lo + 1, hi_share))
-        return cls(p, blocks, rho, f)
-
-    @classmethod
-    def from_counts(cls, p: float, lengths: Mapping[int, int], rho: float, f: float) -> Acceptance:
-        """The mix from counted block lengths ``{length: blocks}``."""
-        total = sum(lengths.values())
-        if total <= 0:
-            raise ValueError("no reviewed blocks to take block lengths from")
-        return cls(p, tuple((int(n), c / total) for n, c in sorted(lengths.items()) if c), rho, f)
-
-    @property
-    def mean_n(self) -> float:
-        return sum(n * w for n, w in self.blocks)
-
-    @property
-    def per_block(self) -> float:
-        """Expected committed steps per reviewed block, ``sum_n w_n E(p, n)`` (Assumption 2 per block)."""
-        return sum(w * expected_steps_per_block(self.p, n) for n, w in self.blocks)
-
-    @property
-    def verifies_per_step(self) -> float:
-        return self.f / self.per_block
-
-    @property
-    def repairs_per_step(self) -> float:
-        return self.f * self.rho * (1 - self.p)
-
-    @property
-    def drafts_per_step(self) -> float:
-        return self.f * self.mean_n / self.per_block + (1 - self.f)
-
-    def r_u(self, v_over_d: float) -> float:
-        """Proposition 1 over the block mix: ``v/d / E + rho (1 - p)`` (``theory.r_u`` for one length)."""
-        return v_over_d / self.per_block + self.rho * (1 - self.p)
-
-    def l_u(self, v_over_d: float, kappa: float) -> float:
-        """Proposition 2 over the block mix: ``R_u + kappa * n / E`` (``theory.l_u`` for one length)."""
-        return self.r_u(v_over_d) + kappa * self.mean_n / self.per_block
-
-
-@dataclass(frozen=True)
-class CallShape:
-    """One call's mean tokens: prompt, the cached part of it, and decode."""
-
-    prompt: float
-    cached: float
-    decode: float
-
-    def __post_init__(self) -> None:
-        if min(self.prompt, self.cached, self.decode) < 0 or self.cached > self.prompt:
-            raise ValueError(f"a call shape needs 0 <= cached <= prompt and decode >= 0, got {self}")
-
-
-@dataclass(frozen=True)
-class Shapes:
-    """The calls of both methods: a strong step (Strong-only), a verify, a separate repair and a weak draft
-    step; ``max_context`` (tokens) sizes the KV cache a session may need at its end."""
-
-    step: CallShape
-    verify: CallShape
-    repair: CallShape
-    draft: CallShape
-    max_context: float
 
 
 def token_model_shapes(acc: Acceptance, steps_per_session: float, system_tokens: float = 2600,
@@ -232,44 +141,46 @@ def call_at_batch(engine: Engine, shape: CallShape, batch: float) -> Share:
 
 @dataclass(frozen=True)
 class StepCost:
-    """ESTIMATED cost per committed step of one method: each role's share (latency = time spent in it)."""
+    """ESTIMATED cost per committed step of one method: each role's share (latency = time spent in it); the
+    mid verifier's is zero except in the three-tier chain."""
 
     strong: Share
     weak: Share
+    mid: Share = Share()
 
     @property
     def gpu_s(self) -> float:
-        return self.strong.gpu_s + self.weak.gpu_s
+        return self.strong.gpu_s + self.mid.gpu_s + self.weak.gpu_s
 
-
-Calls = dict[str, list[tuple[float, CallShape]]]  # per role: (calls per committed step, shape)
-
-
-def calls_per_step(method: Method | Calls, acc: Acceptance, shapes: Shapes) -> Calls:
-    """(calls per committed step, shape) per role; a ``Calls`` mix (measured, or a controller's) as it is."""
-    if isinstance(method, dict):
-        return method
-    if method == "strong":
-        return {"strong": [(1.0, shapes.step)], "weak": []}
-    if method == "specagent":
-        return {"strong": [(acc.verifies_per_step, shapes.verify), (acc.repairs_per_step, shapes.repair)],
-                "weak": [(acc.drafts_per_step, shapes.draft)]}
-    raise ValueError(f"unknown method {method!r}; the planner knows {', '.join(METHODS)}")
+    @property
+    def latency_s(self) -> float:
+        return self.strong.latency_s + self.mid.latency_s + self.weak.latency_s
 
 
 def role_cost(method: Method | Calls, role: str, acc: Acceptance, shapes: Shapes, engine: Engine, batch: float) -> Share:
     """ESTIMATED cost per committed step of one role's calls, its replicas at ``batch`` sequences each."""
     total = Share()
-    for k, shape in calls_per_step(method, acc, shapes)[role]:
+    for k, shape in calls_per_step(method, acc, shapes).get(role, []):
         total = total + call_at_batch(engine, shape, batch).scaled(k)
     return total
 
 
 def step_cost(method: Method | Calls, acc: Acceptance, shapes: Shapes, strong: Engine, weak: Engine,
-              b_strong: float = 1.0, b_weak: float = 1.0) -> StepCost:
-    """ESTIMATED cost per committed step at the given batches (per replica)."""
+              b_strong: float = 1.0, b_weak: float = 1.0, mid: Engine | None = None, b_mid: float = 1.0) -> StepCost:
+    """ESTIMATED cost per committed step at the given batches (per replica). ValueError if the method calls a
+    mid verifier and ``mid`` is None."""
     return StepCost(role_cost(method, "strong", acc, shapes, strong, b_strong),
-                    role_cost(method, "weak", acc, shapes, weak, b_weak))
+                    role_cost(method, "weak", acc, shapes, weak, b_weak),
+                    _mid_cost(method, acc, shapes, mid, b_mid))
+
+
+def _mid_cost(method: Method | Calls, acc: Acceptance, shapes: Shapes, mid: Engine | None, batch: float) -> Share:
+    """The mid verifier's share: zero for a method that never calls it; ValueError if it does and ``mid`` is None."""
+    if mid is not None:
+        return role_cost(method, "mid", acc, shapes, mid, batch)
+    if calls_per_step(method, acc, shapes).get("mid"):
+        raise ValueError("the chain calls a mid verifier: pass its Engine (mid=...)")
+    return Share()
 
 
 @dataclass(frozen=True)
@@ -298,6 +209,7 @@ class Operating:
     step_latency_s: float
     cost: StepCost
     capped: str | None
+    batch_mid: float = 0.0
 
     def metric(self, name: str) -> float:
         return {"hbm": self.cost.strong.hbm, "gpu_s": self.cost.gpu_s, "latency": self.step_latency_s}[name]
@@ -312,11 +224,15 @@ def _bisect(fn: Callable[[float], float], lo: float, hi: float, iters: int = 30)
 
 
 def operate(method: Method | Calls, traffic: Traffic, acc: Acceptance, shapes: Shapes, strong: Engine, weak: Engine,
-            iters: int = 30) -> Operating:
+            iters: int = 30, mid: Engine | None = None) -> Operating:
     """The closed-loop operating point of ``method`` at ``traffic`` (see the module docstring). A role's
     batch depends only on its own calls and the step rate, so each is solved on its own for a given rate;
-    ``iters`` bisection steps each (the controller, which asks per block, takes fewer)."""
-    engines = {r: e for r, e in (("strong", strong), ("weak", weak)) if calls_per_step(method, acc, shapes)[r]}
+    ``iters`` bisection steps each (the controller, which asks per block, takes fewer). The chain's mid
+    verifier is a third engine role (``mid``), solved the same way."""
+    calls = calls_per_step(method, acc, shapes)
+    if calls.get("mid") and mid is None:
+        raise ValueError("the chain calls a mid verifier: pass its Engine (mid=...)")
+    engines = {r: e for r, e in (("strong", strong), ("mid", mid), ("weak", weak)) if e is not None and calls.get(r)}
     caps = {r: e.batch_cap(shapes.max_context) for r, e in engines.items()}
     time_in = {r: (lambda b, r=r: role_cost(method, r, acc, shapes, engines[r], b).latency_s) for r in engines}
 
@@ -336,9 +252,10 @@ def operate(method: Method | Calls, traffic: Traffic, acc: Acceptance, shapes: S
     else:
         x, capped = _bisect(lambda x: traffic.sessions - cycle(x), 0.0, x_cap, iters), None
     b = batches(x)
-    c = step_cost(method, acc, shapes, strong, weak, b.get("strong", 0.0), b.get("weak", 0.0))
-    latency = traffic.sessions / x - traffic.think_time_s if capped else c.strong.latency_s + c.weak.latency_s
-    return Operating(method, traffic.sessions, x, b.get("strong", 0.0), b.get("weak", 0.0), latency, c, capped)
+    c = step_cost(method, acc, shapes, strong, weak, b.get("strong", 0.0), b.get("weak", 0.0), mid, b.get("mid", 0.0))
+    latency = traffic.sessions / x - traffic.think_time_s if capped else c.latency_s
+    return Operating(method, traffic.sessions, x, b.get("strong", 0.0), b.get("weak", 0.0), latency, c, capped,
+                     b.get("mid", 0.0))
 
 
 def savings(so: Operating, sa: Operating) -> dict[str, float]:

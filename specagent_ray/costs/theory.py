@@ -97,3 +97,71 @@ def fit_from_counts(accepted_steps: int, rejections: int, separate_repairs: int)
     p = accepted_steps / trials if trials else 1.0
     rho = separate_repairs / rejections if rejections else 0.0
     return FittedRates(p=p, rho=rho)
+
+
+@dataclass(frozen=True, slots=True)
+class ChainTraffic:
+    """Proposition 1 for the three-tier chain (ESTIMATED): HBM traffic per committed step relative to
+    Strong-only's (one strong step decoded in full), for the strong and the mid engine, with the chain's
+    escalation rate per reviewed block and its expected committed steps per reviewed block."""
+
+    strong: float
+    mid: float
+    escalation: float
+    steps_per_block: float
+
+
+def chain_traffic(p: float, n: int, v_over_d: float, rho: float, *, e_accept: float, e_reject: float | None = None,
+                  p_mid: float | None = None, vm_over_d: float = 0.0, rho_mid: float = 0.0) -> ChainTraffic:
+    """Proposition 1 extended to the chain weak -> mid -> strong (ESTIMATED).
+
+    The mid verifier reviews every block first; it settles the block itself or escalates it to the strong
+    verifier, whose verdict is final. Assumptions 1 and 2 hold for both verifiers (the mid accepts each step
+    i.i.d. with ``p_mid`` = q, default p; the strong with p), and
+
+    - **Assumption 3** (independent tiers): on an escalated block the strong verdict is independent of the
+      mid's verdict. The mid escalates a block it fully accepted with probability ``e_accept`` (e_a) and one
+      it rejected with ``e_reject`` (e_r, default e_a). e_r counts every escalation of a rejected block: low
+      confidence, and a fused repair that fails ``valid()`` (the loop escalates those). A block whose staged
+      tier the mid may not settle always escalates: with a share c of such blocks, use c + (1 - c) e.
+    - A rejection the mid settles commits its fused repair, which is valid (the loop escalates an invalid
+      one, protocol/review.py); ``rho_mid`` is the share of settled rejections that carry no repair, for
+      which the strong policy writes the step (a separate strong repair, d).
+
+    Derivation, per reviewed block (E(x, n) = sum_{k<n} x**k, a = q**n the chance the mid accepts all n):
+
+        escalated      (prob. e = a e_a + (1 - a) e_r): the strong verdict is final and independent, so the
+                       block commits E(p, n) steps on average and reads v + rho (1 - p**n) d (one verify,
+                       and a separate repair after a rejection with probability rho, as in Proposition 1);
+        mid accepts    (prob. a (1 - e_a)): commits n, no strong reads;
+        mid rejects    (prob. (1 - a)(1 - e_r)): commits j + 1 (prefix and the mid's repair), where
+                       E[(j + 1) 1{j < n}] = E(q, n) - n a; strong reads rho_mid d.
+
+    so, with E_c = e E(p, n) + a (1 - e_a) n + (1 - e_r)(E(q, n) - n a) committed steps per block,
+
+        R_chain = [e (v/d + rho (1 - p**n)) + (1 - e_r)(1 - a) rho_mid] / E_c,
+        M_chain = (v_m / d) / E_c,
+
+    with v_m the mid's weight reads for one verdict (``vm_over_d`` = v_m / d, d the strong step's). Checks:
+    e_a = e_r = 1 gives E_c = E(p, n) and R_chain = R_u (today's SpecAgent); e_a = e_r = 0 leaves only the
+    rho_mid repairs; with q = p and e_a = e_r = e, E_c = E(p, n) and R_chain = e R_u + (1 - e) rho_mid (1 - p).
+    """
+    e_reject = e_accept if e_reject is None else e_reject
+    q = p if p_mid is None else p_mid
+    _check(q, n)
+    for name, value in (("e_accept", e_accept), ("e_reject", e_reject), ("rho_mid", rho_mid)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must lie in [0, 1], got {value}")
+    _check_nonneg(vm_over_d=vm_over_d)
+    strong_block = r_u(p, n, v_over_d, rho) * expected_steps_per_block(p, n)  # v/d + rho (1 - p**n)
+    a = q**n
+    esc = a * e_accept + (1 - a) * e_reject
+    settled_reject = (1 - e_reject) * (expected_steps_per_block(q, n) - n * a)
+    steps = esc * expected_steps_per_block(p, n) + a * (1 - e_accept) * n + settled_reject
+    strong = esc * strong_block + (1 - e_reject) * (1 - a) * rho_mid
+    return ChainTraffic(strong / steps, vm_over_d / steps, esc, steps)
+
+
+def r_chain(p: float, n: int, v_over_d: float, rho: float, **chain: float | None) -> float:
+    """The chain's strong traffic per committed step relative to Strong-only: ``chain_traffic(...).strong``."""
+    return chain_traffic(p, n, v_over_d, rho, **chain).strong  # type: ignore[arg-type]
