@@ -19,7 +19,8 @@ import yaml
 
 from ..overrides import merge
 
-PROFILES = ("local-cpu", "sim", "gpu-tp16", "edge-cloud", "scripted")
+PROFILES = ("local-cpu", "sim", "gpu-tp16", "gpu-tp16-chain", "edge-cloud", "scripted")
+ROLES = ("drafter", "verifier", "mid")  # our app's engines that a profile's own llm_configs may serve
 OURS = "specagent_ray.serve.app:build_app"
 RAY_LLM = "ray.serve.llm:build_openai_app"
 # deployments/ of the checkout, reached through the package's link to it (specagent_ray/profiles), which a
@@ -58,7 +59,7 @@ def load_profile(name_or_path: str | os.PathLike[str], args: Mapping[str, Any] |
             if args:
                 app_args = merge(app_args, args)
             if port is not None:
-                for role in ("drafter", "verifier", "user"):
+                for role in (*ROLES, "user"):
                     e = (app_args.get("engines") or {}).get(role)
                     if e:
                         e["url"] = moved(e["url"], old_port, port)
@@ -105,7 +106,7 @@ def check_engines(apps: Iterable[Any]) -> None:
         if app.import_path != OURS:
             continue
         cfg = (app.args or {}).get("engines") or {}
-        for role in ("drafter", "verifier"):
+        for role in ROLES:
             e = cfg.get(role) or {}
             kw = engines.get(e.get("model"))
             if kw is None:

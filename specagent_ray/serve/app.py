@@ -166,7 +166,7 @@ async def _placement(role: str, meter: DeploymentHandle, m: dict[str, Any]) -> N
     the GPUs Ray gave it (a simulated engine: the devices ``meter.sim_devices`` says its role stands for)."""
     import ray
 
-    ledger_role = "weak" if role == "drafter" else "strong"
+    ledger_role = {"drafter": "weak", "mid": "mid"}.get(role, "strong")
     node = ray.get_runtime_context().get_node_id()
     devices = m["sim_devices"].get(ledger_role) or [int(g) for g in ray.get_gpu_ids()]
     await _every(m["placement_ttl_s"] / 3, lambda: meter.placement.remote(ledger_role, node, devices))
@@ -186,7 +186,7 @@ def _forward(name: str):
 class CoordinatorDeployment:
     async def __init__(self, cfg: dict[str, Any], tool_hosts: list[DeploymentHandle],
                      drafter: DeploymentHandle | None = None, verifier: DeploymentHandle | None = None,
-                     shard: int = 0, meter: DeploymentHandle | None = None):
+                     shard: int = 0, meter: DeploymentHandle | None = None, mid: DeploymentHandle | None = None):
         from ..storage import open_store
         from .core.handles import Served, by_grpc
         from .sessions.coordinator import Coordinator
@@ -201,7 +201,7 @@ class CoordinatorDeployment:
         self.calls_out: Counter[str] = Counter()  # to the tool hosts and the simulated engines
         tools = ShardedToolHost([Served(by_grpc(h), self.calls_out) for h in tool_hosts])
         grpc = lambda h: None if h is None else by_grpc(h)  # noqa: E731
-        engines = _engines(config, grpc(drafter), grpc(verifier), self.calls_out)
+        engines = _engines(config, grpc(drafter), grpc(verifier), self.calls_out, grpc(mid))
         metered = None if meter is None else Served(by_grpc(meter), self.calls_out)
         self.coordinator = Coordinator(config, engines, tools, open_store(shard_log(config.session_log, shard)),
                                        shard=shard, meter=metered)
@@ -265,13 +265,14 @@ async def _flush_every_second(metrics: Any) -> None:
 
 
 def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: DeploymentHandle | None,
-             counts: Counter[str]) -> Any:
+             counts: Counter[str], mid: DeploymentHandle | None = None) -> Any:
     from .core.handles import Served
     from .engines.engine_client import OpenAIEngineClient, SimEngineClient
 
     if isinstance(config.engines, SimEngines):
         assert drafter is not None and verifier is not None
-        return SimEngineClient(Served(drafter, counts), Served(verifier, counts), config.engines, config.coordinator)
+        return SimEngineClient(Served(drafter, counts), Served(verifier, counts), config.engines, config.coordinator,
+                               None if mid is None else Served(mid, counts))
     if isinstance(config.engines, ScriptedEngines):
         from ..models.plan import PlanEngineClient
         from .engines.priority import ProgramPriority
@@ -313,7 +314,7 @@ def build_app(args: dict[str, Any]) -> serve.Application:
     # environment, which Serve's default router (any replica) would not guarantee.
     tool_hosts = [ToolHostDeployment.options(name="ToolHost" + (f"-{i}" if i else ""), num_replicas=1).bind(cfg)
                   for i in range(config.tool_hosts)]
-    drafter = verifier = None
+    drafter = verifier = mid = None
     meter = GpuMeterDeployment.bind(cfg) if config.meter is not None else None
     if isinstance(config.engines, SimEngines):
         engines, hardware = config.engines.model_dump(mode="json"), config.hardware.model_dump(mode="json")
@@ -321,7 +322,11 @@ def build_app(args: dict[str, Any]) -> serve.Application:
             .bind("drafter", engines, hardware, meter, cfg["meter"])
         verifier = SimEngineDeployment.options(name="SimVerifier", num_replicas=config.engines.verifier_replicas) \
             .bind("verifier", engines, hardware, meter, cfg["meter"])
+        if config.engines.mid_replicas:  # the three-tier chain's mid verifier
+            mid = SimEngineDeployment.options(name="SimMid", num_replicas=config.engines.mid_replicas) \
+                .bind("mid", engines, hardware, meter, cfg["meter"])
     # Coordinator shards: one single-replica deployment each, named like the tool host shards.
     coordinators = [CoordinatorDeployment.options(name="Coordinator" + (f"-{i}" if i else ""))
-                    .bind(cfg, tool_hosts, drafter, verifier, shard=i, meter=meter) for i in range(config.coordinators)]
+                    .bind(cfg, tool_hosts, drafter, verifier, shard=i, meter=meter, mid=mid)
+                    for i in range(config.coordinators)]
     return _gateway_class(cfg).bind(coordinators, meter)

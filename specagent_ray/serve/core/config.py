@@ -9,99 +9,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
+from pydantic import Field, StrictFloat, StrictInt, StrictStr, model_validator
 
 from ...costs.hardware import Hardware
 from ...protocol.baselines import METHODS
 from ...protocol.types import Tier
 from ...tools.tiers import Predicate, TierRule, TierTable
+from .engine_config import (  # noqa: F401 - the engine classes live in engine_config.py; imported from here too
+    ChainConfig,
+    Endpoint,
+    Engines,
+    LatencyModel,
+    OpenAIEngines,
+    ScriptedEngines,
+    SimEngines,
+    Strict,
+    check_mid,
+)
 from .tenants import TenantConfig, check_tenants
 from .tuning import PriorityConfig, SpeculationConfig
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LatencyModel(Strict):
-    """SIMULATED engine time. ``fixed``: a batch of n requests takes ``base_s + per_request_s * n`` (prefills
-    of one batch share the engine's steps; decode is folded into ``base_s``). ``roofline``: ESTIMATED, the
-    cost model's time for each call at the replica's current batch (its requests in flight) on the
-    profile's ``hardware`` (``serve/engines/sim_roofline.py``), times ``time_scale``."""
-
-    model: Literal["fixed", "roofline"] = "fixed"
-    time_scale: float = Field(1.0, gt=0, description="roofline: engine seconds slept per estimated second "
-                              "(below 1 runs a load test faster than a GPU would)")
-
-    draft_base_s: float = Field(0.02, ge=0, description="one drafter batch: weak decode of one step")
-    draft_per_request_s: float = Field(0.0005, ge=0, description="added per request in a drafter batch")
-    verify_base_s: float = Field(0.04, ge=0, description="one verifier batch: strong verdict decode")
-    verify_per_request_s: float = Field(0.002, ge=0, description="added per request (its prefill)")
-    step_base_s: float = Field(0.06, ge=0, description="one strong step (repair or Strong-only step)")
-
-
-class SimEngines(Strict):
-    """Simulated weak and strong engines (seeded; see models/simulated.py), as Serve deployments."""
-
-    kind: Literal["sim"] = "sim"
-    drafter_replicas: int = Field(2, ge=1, le=64)
-    verifier_replicas: int = Field(1, ge=1, le=64)
-    latency: LatencyModel = LatencyModel()
-    seed: int = 0
-
-
-class Endpoint(Strict):
-    """An OpenAI-compatible chat endpoint. The key is read from the named environment variable; a
-    config never holds a secret."""
-
-    url: str = Field(description="base URL ending in /v1")
-    model: str
-    api_key_env: str | None = Field(None, description="environment variable that holds the API key")
-    send_priority: bool = Field(False, description="send each request's priority (serve/engines/priority.py); the "
-                                "engine must run vLLM with scheduling_policy: priority, or it refuses every "
-                                "request")
-
-
-class OpenAIEngines(Strict):
-    """Engines behind OpenAI-compatible endpoints: Ray Serve LLM's ingress (local-cpu, gpu-tp16) or a
-    cloud API (edge-cloud's strong model). ``user`` is tau2's user simulator (the verifier's when None)."""
-
-    kind: Literal["openai"] = "openai"
-    drafter: Endpoint
-    verifier: Endpoint
-    user: Endpoint | None = None
-    timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(2, ge=0, le=10)
-    max_tokens: int = Field(256, ge=16)
-    user_max_tokens: int = Field(512, ge=16)
-    strict_schema: bool = Field(True, description="False for cloud APIs whose strict mode forbids free-form objects")
-    policy_chars: int | None = Field(None, ge=100, description="cut the domain policy in prompts to this many "
-                                     "characters (small local models have short contexts); None keeps it whole")
-    observation_chars: int = Field(4000, ge=100, description="longest tool result or user reply in prompts")
-    prefill_ahead: bool = Field(False, description="while a block is drafted, prefill the verify prompt's "
-                                "leading block (system + H) on the verifier at the lowest priority, so that "
-                                "the verify computes only the block (serve/engines/prefill_ahead.py). On where the "
-                                "verifier is a vLLM engine with prefix caching; off for a cloud API, which "
-                                "bills the prefill and whose cache is not ours")
-    prefill_trust_s: float = Field(60.0, gt=0, description="how long the verifier is trusted to keep a session's "
-                                   "prefix cached; a block that starts later (after a long tool pause) prefills "
-                                   "H again even if the last verify covered it (keep-warm: vLLM evicts prefix "
-                                   "blocks least recently used under KV pressure)")
-    verifier_kv_tokens: int | None = Field(None, ge=1, description="the verifier's KV cache in tokens, all "
-                                           "replicas together (vLLM logs it at start: 'KV cache size: N "
-                                           "tokens'); prefill ahead then stops trusting a prefix once new KV "
-                                           "of half this size has been computed since, however soon; None: "
-                                           "prefill_trust_s alone")
-
-
-class ScriptedEngines(Strict):
-    """Engines that follow the plan written in each user message (SCRIPTED, ``models/plan.py``): no model
-    runs. For tests, demos and the docs' examples, where a client must decide exactly what the agent does."""
-
-    kind: Literal["scripted"] = "scripted"
-
-
-Engines = Annotated[SimEngines | OpenAIEngines | ScriptedEngines, Field(discriminator="kind")]
 
 
 class CoordinatorConfig(Strict):
@@ -342,7 +268,7 @@ class MeterConfig(Strict):
     nvml: str = Field("pynvml", description="'pynvml' (the driver's NVML), or 'module:factory' for a scripted "
                       "NVML where no GPU is (specagent_ray.testing.fake_nvml:ScriptedNvml)")
     nvml_args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of a scripted NVML")
-    sim_devices: dict[Literal["weak", "strong"], list[int]] = Field(
+    sim_devices: dict[Literal["weak", "mid", "strong"], list[int]] = Field(
         default_factory=dict, description="simulated engines hold no GPU: the NVML device indices each role's "
         "replicas stand for. Real engine replicas report the GPUs Ray gave them.")
     poll_s: float = Field(1.0, gt=0, le=60, description="how often the fleet drains the node meters and seals")
@@ -381,6 +307,8 @@ class AppConfig(Strict):
                                            "or a table (serve/sessions/speculation.py)")
     meter: MeterConfig | None = Field(None, description="measure GPU-seconds and DRAM bytes per request with NVML "
                                       "on the engines' nodes (docs/serving.md); none: ESTIMATED only")
+    chain: ChainConfig = Field(ChainConfig(), description="what a mid engine settles without the strong verifier "
+                               "(engine_config.py, docs/serving.md); read only where the engines have a mid")
 
     @model_validator(mode="after")
     def _methods_known(self) -> AppConfig:
@@ -393,4 +321,5 @@ class AppConfig(Strict):
         if self.defaults.method not in self.methods:
             raise ValueError(f"the default method {self.defaults.method!r} is not in methods {list(self.methods)}")
         check_tenants(self.tenants, self.methods, self.tool_sources)
+        check_mid(self.engines, self.hardware)
         return self

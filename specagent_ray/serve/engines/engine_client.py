@@ -1,9 +1,10 @@
 """How the coordinator reaches the engines, and where verify requests are batched.
 
 Both engine kinds give each session a weak policy, a strong policy and a verifier that are the
-protocol's own interfaces:
+protocol's own interfaces, and, where the profile has a mid engine, the three-tier chain's mid verifier
+(``mid``; ``protocol/review.py``):
 - ``SimEngineClient``: simulated engine replicas (Serve deployments) answer whole batches per call;
-  drafts, strong steps and verifies are each batched, per lane.
+  drafts, strong steps and verifies are each batched, per lane (mid verifies on the mid replicas' lanes).
 - ``OpenAIEngineClient``: Ray Serve LLM (or any OpenAI-compatible endpoint). Verify requests gathered
   in one window are sent together, so vLLM schedules their prefills in the same engine steps.
 
@@ -62,7 +63,9 @@ async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Await
 
 
 class EngineClient(Protocol):
-    """What the coordinator needs of its engines: each session's models, and the batchers' queues."""
+    """What the coordinator needs of its engines: each session's models, and the batchers' queues. A client
+    may also offer ``mid(session, catalog, parallel) -> Verifier | None``, the session's mid verifier (the
+    three-tier chain; None where its engines have no mid); one without it (``models/plan.py``'s) has none."""
 
     def models(self, session: SessionView, catalog: Catalog, parallel: bool = False
                ) -> tuple[Policy, Policy, Verifier]:
@@ -119,10 +122,12 @@ class RemoteVerifier(_Remote):
 
 
 class SimEngineClient:
-    """Simulated drafter and verifier replicas (Serve deployments or ``handles.Local``). Each lane has its
-    own batchers: drafts on the drafter lanes; strong steps and verifies on the verifier lanes."""
+    """Simulated drafter, verifier and (with ``mid_replicas``) mid replicas (Serve deployments or
+    ``handles.Local``). Each lane has its own batchers: drafts on the drafter lanes; strong steps and verifies
+    on the verifier lanes; mid verifies on the mid lanes."""
 
-    def __init__(self, drafter: Any, verifier: Any, engines: SimEngines, coord: CoordinatorConfig):
+    def __init__(self, drafter: Any, verifier: Any, engines: SimEngines, coord: CoordinatorConfig,
+                 mid: Any = None):
         self.coord = coord
         self.priority = ProgramPriority(coord.priority)
         window_s, most = coord.batch_window_ms / 1000, coord.max_batch
@@ -135,6 +140,11 @@ class SimEngineClient:
         self.drafts = lanes(drafter, "propose_batch", self.draft_lanes)
         self.strong_steps = lanes(verifier, "propose_batch", self.lanes)
         self.verifies = lanes(verifier, "verify_batch", self.lanes)
+        if (mid is None) != (engines.mid_replicas == 0):
+            raise ValueError(f"a mid engine handle needs mid_replicas > 0 and back (mid_replicas is "
+                             f"{engines.mid_replicas}, handle {'given' if mid is not None else 'missing'})")
+        self.mid_lanes = engines.mid_replicas
+        self.mids = lanes(mid, "verify_batch", self.mid_lanes) if mid is not None else []
 
     @staticmethod
     def _submit(handle: Any, method: str, lane: int) -> Callable[[Sequence[SimRequest]], Awaitable[list]]:
@@ -145,21 +155,33 @@ class SimEngineClient:
         return submit
 
     def queued(self) -> int:
-        return sum(len(b) for b in (*self.drafts, *self.strong_steps, *self.verifies))
+        return sum(len(b) for b in (*self.drafts, *self.strong_steps, *self.verifies, *self.mids))
 
     def batchers(self) -> dict[str, list[Batcher]]:
-        return {"draft": self.drafts, "strong": self.strong_steps, "verify": self.verifies}
+        return {"draft": self.drafts, "strong": self.strong_steps, "verify": self.verifies,
+                **({"mid": self.mids} if self.mids else {})}
+
+    @staticmethod
+    def _request(session: SessionView, parallel: bool) -> Callable[..., SimRequest]:
+        def req(history: History, draft: Sequence[Step] = (), feedback: str | None = None,
+                criterion: str = "semantic") -> SimRequest:
+            return SimRequest(session.id, session.domain, session.task.id, session.request.trial, history.steps,
+                              tuple(draft), feedback, criterion, parallel)
+        return req
+
+    def mid(self, session: SessionView, catalog: Catalog, parallel: bool = False) -> Verifier | None:
+        """A mid verifier on the session's mid lane, tried and prioritized as the strong verifier is."""
+        if not self.mids:
+            return None
+        c, p, sid, req = self.coord, self.priority, session.id, self._request(session, parallel)
+        lane = self.mids[lane_of(sid, self.mid_lanes)]
+        return RemoteVerifier(session, "mid verifier", c.verify_attempts, c.verify_timeout_s, lambda h, b, crit: p.run(
+            sid, p.verify_kind(sid, b), lambda n: lane(req(h, b, criterion=crit), n()), "mid"))
 
     def models(self, session: SessionView, catalog: Catalog, parallel: bool = False
                ) -> tuple[Policy, Policy, Verifier]:
-        trial = session.request.trial
         draft_lane, verifier_lane = lane_of(session.id, self.draft_lanes), lane_of(session.id, self.lanes)
-
-        def req(history: History, draft: Sequence[Step] = (), feedback: str | None = None,
-                criterion: str = "semantic") -> SimRequest:
-            return SimRequest(session.id, session.domain, session.task.id, trial, history.steps, tuple(draft), feedback,
-                              criterion, parallel)
-
+        req = self._request(session, parallel)
         c, p, sid = self.coord, self.priority, session.id
         weak = RemotePolicy(session, "drafter", 1, c.verify_timeout_s, lambda h, d, f: p.run(
             sid, p.draft_kind(sid), lambda n: self.drafts[draft_lane](req(h, d, f), n())))
@@ -184,6 +206,10 @@ class OpenAIEngineClient:
 
         self.drafter, self.verifier = backend(engines.drafter), backend(engines.verifier)
         self.verify_batch = Batcher(self._together, coord.batch_window_ms / 1000, coord.max_batch)
+        # the chain's mid verifier: its own endpoint and its own batches (``mid``)
+        self.mid_backend = backend(engines.mid) if engines.mid is not None else None
+        self.mid_batch = Batcher(self._together, coord.batch_window_ms / 1000, coord.max_batch) \
+            if engines.mid is not None else None
         self.priority = ProgramPriority(coord.priority)
         # each coordinator shard sees its share of the verifier's traffic, so it may count on that share of its KV
         kv = engines.verifier_kv_tokens // shards if engines.verifier_kv_tokens else None
@@ -195,20 +221,38 @@ class OpenAIEngineClient:
         return await asyncio.gather(*(v.verify(h, b, n) for v, h, b, n in items), return_exceptions=True)
 
     def queued(self) -> int:
-        return len(self.verify_batch)
+        return len(self.verify_batch) + (len(self.mid_batch) if self.mid_batch is not None else 0)
 
     def batchers(self) -> dict[str, list[Batcher]]:
-        return {"verify": [self.verify_batch]}
+        return {"verify": [self.verify_batch], **({"mid": [self.mid_batch]} if self.mid_batch is not None else {})}
 
-    def models(self, session: SessionView, catalog: Catalog, parallel: bool = False
-               ) -> tuple[Policy, Policy, Verifier]:
+    def _prompt(self, session: SessionView, catalog: Catalog, parallel: bool) -> tuple[PromptConfig, Any, dict]:
+        """The session's prompt config, its request headers and the models' keyword arguments."""
         policy = catalog.policy[: self.cfg.policy_chars] if self.cfg.policy_chars else catalog.policy
         request = session.request
         role = {"agent_role": agent_role(request)} if request.instructions or request.context else {}
         prompt = PromptConfig(policy=policy, observation_chars=self.cfg.observation_chars, parallel_calls=parallel,
                               **role)
         headers = lambda: {**traceparent_headers(), "x-session-id": session.id}
-        kw = {"max_tokens": self.cfg.max_tokens, "temperature": 0.0, "headers": headers}
+        return prompt, headers, {"max_tokens": self.cfg.max_tokens, "temperature": 0.0, "headers": headers}
+
+    def mid(self, session: SessionView, catalog: Catalog, parallel: bool = False) -> Verifier | None:
+        """The mid verifier on the ``mid`` endpoint (None without one), batched in its own window. Its Review's
+        confidence is ``LLMVerifier``'s 1.0 (no confidence is parsed from the verdict yet), so the chain
+        escalates its blocks by tier and repair validity only, never by confidence."""
+        if self.mid_backend is None or self.mid_batch is None or self.cfg.mid is None:
+            return None
+        prompt, _, kw = self._prompt(session, catalog, parallel)
+        judge = LLMVerifier(self.mid_backend, prompt, catalog.schemas, trail=PromptTrail(), **kw)
+        judges = {"semantic": judge, "exact": judge.by_exact_match()}
+        c, p, sid, batch = self.coord, self.priority, session.id, self.mid_batch
+        send = (lambda n: n) if self.cfg.mid.send_priority else (lambda n: None)
+        return RemoteVerifier(session, "mid verifier", c.verify_attempts, c.verify_timeout_s, lambda h, b, crit: p.run(
+            sid, p.verify_kind(sid, b), lambda n: batch((judges[crit], h, b, send(n)), n()), "mid"))
+
+    def models(self, session: SessionView, catalog: Catalog, parallel: bool = False
+               ) -> tuple[Policy, Policy, Verifier]:
+        prompt, headers, kw = self._prompt(session, catalog, parallel)
         on_verifier = PromptTrail()  # the strong steps, verifies and prefills of this session share an engine
         weak_llm = LLMPolicy(self.drafter, prompt, catalog.schemas, trail=PromptTrail(), **kw)
         strong_llm = LLMPolicy(self.verifier, prompt, catalog.schemas, trail=on_verifier, **kw)

@@ -4,7 +4,7 @@ A profile turns it on per model in its ``llm_configs``::
 
     server_cls: specagent_ray.serve.engines.metered_llm:MeteredLLMServer
     engine_kwargs: {worker_extension_cls: specagent_ray.serve.engines.gpu_placement.GpuPlacement, ...}
-    experimental_configs: {specagent_role: strong}       # or weak: the ledger role its calls are
+    experimental_configs: {specagent_role: strong}       # or weak, or mid: the ledger role its calls are
 
 Every third of ``specagent_placement_ttl_s`` (10 s) the replica asks each of its vLLM workers where it runs
 (``collective_rpc``: the worker's Ray node and its GPU's index, the one Ray gave it in
@@ -38,8 +38,8 @@ class MeteredLLMServer(LLMServer):
         extra = dict(llm_config.experimental_configs or {})
         self._role = extra.get("specagent_role")
         self.placements: dict[str, list[int]] | None = None  # the workers' GPUs as last reported
-        if self._role not in ("weak", "strong"):
-            log.warning("MeteredLLMServer without experimental_configs.specagent_role (weak or strong): "
+        if self._role not in ("weak", "mid", "strong"):
+            log.warning("MeteredLLMServer without experimental_configs.specagent_role (weak, mid or strong): "
                         "its GPUs are not metered")
             return
         period = float(extra.get("specagent_placement_ttl_s", 10.0)) / 3

@@ -46,7 +46,7 @@ class ProgramPriority:
         self._service: OrderedDict[str, int] = OrderedDict()
         self.blocked: set[str] = set()  # sessions whose staged write is being verified or repaired
         self.waits: dict[Kind, deque[float]] = {k: deque(maxlen=samples) for k in KINDS}
-        self.in_flight = {"strong": 0, "weak": 0}  # this coordinator's requests now at each engine role
+        self.in_flight = {"strong": 0, "weak": 0, "mid": 0}  # this coordinator's requests now at each engine role
         self.strong_computed = 0  # new KV (uncached prompt + decoded tokens) of every strong-engine call so far
         self.on_wait: Callable[[Kind, float], None] = lambda kind, wait_s: None  # each wait, as observed
 
@@ -90,14 +90,16 @@ class ProgramPriority:
     def strong_kind(self, session_id: str) -> Kind:
         return "write" if session_id in self.blocked else "strong"
 
-    async def run(self, session_id: str, kind: Kind, call: Callable[[Callable[[], int]], Awaitable[T]]) -> T:
+    async def run(self, session_id: str, kind: Kind, call: Callable[[Callable[[], int]], Awaitable[T]],
+                  engine: str | None = None) -> T:
         """``call(number)``, where ``number()`` is the priority of a request made now (a retry asks
         again: a new request, a new deadline); its wait is observed, and a strong-engine call's tokens
         are the session's attained service (what a failed call spent included, where the failure
-        carries its usage)."""
+        carries its usage). ``engine``: the engine role it runs on (default: weak for a draft, else strong);
+        a mid verifier's call (``"mid"``) is ordered like the strong one's but is no strong-engine service."""
         start = self.clock()
         result: Any = None
-        role = "weak" if kind == "draft" else "strong"
+        role = engine or ("weak" if kind == "draft" else "strong")
         self.in_flight[role] += 1
         try:
             result = await call(lambda: self.of(session_id, kind))
@@ -109,7 +111,7 @@ class ProgramPriority:
             self.in_flight[role] -= 1
             self.observe(kind, self.clock() - start)
             usage = getattr(result, "usage", None)
-            if kind != "draft" and usage is not None:
+            if role == "strong" and usage is not None:
                 new = max(0, usage.prompt_tokens - usage.cached_prompt_tokens) + usage.decode_tokens
                 self.strong_computed += new
                 self.attained(session_id, new)

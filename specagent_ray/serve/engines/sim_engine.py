@@ -4,7 +4,9 @@
 then each request is answered by the seeded simulated policy or verifier of its session. A replica
 keeps one session's models, prefix caches included, for as long as the session is routed to it (the
 coordinator keeps that affinity), like an engine's KV cache. A restarted replica starts cold. A session
-with parallel calls (``SimRequest.parallel``) gets models that draft its independent calls together.
+with parallel calls (``SimRequest.parallel``) gets models that draft its independent calls together. A
+mid replica (the three-tier chain) answers verifies only, with the session's mid judge (``models/gold.py``'s
+``mid_judge`` beside the session's simulated verifier, on the domain's weak error rates).
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from ...protocol.types import History, Proposal, Review, Task
 from ..core.config import SimEngines
 from .batch_wire import SimRequest, unpacked
 
-Role = Literal["drafter", "verifier"]
+Role = Literal["drafter", "verifier", "mid"]
 MAX_SESSIONS = 20_000  # per replica; the least recently used session's models are dropped first
 
 
 class SimEngine:
-    """A drafter (weak policy) or verifier (strong policy and verifier) replica. Guarantees one answer
-    per request, in order; an answer is a ``Proposal``/``Review`` or the exception that request raised."""
+    """A drafter (weak policy), verifier (strong policy and verifier) or mid (mid verifier) replica. Guarantees
+    one answer per request, in order; an answer is a ``Proposal``/``Review`` or the exception that request
+    raised."""
 
     def __init__(self, role: Role, engines: SimEngines, hardware: Any = None):
         from ...models.gold import SimSettings
@@ -52,6 +55,10 @@ class SimEngine:
             if r.parallel:  # a session with parallel calls: independent gold calls, writes too, as one action
                 settings = replace(settings, parallel=True, parallel_writes=True)
             models = benchmark(r.domain).sim_models(r.task_id, r.trial, settings)
+            if self.role == "mid":  # its judge in the verifier's place: a mid replica verifies only
+                from ...models.gold import mid_judge
+
+                models = (*models[:2], mid_judge(models[2], settings.weak))
             self._sessions[r.session_id] = models
             while len(self._sessions) > MAX_SESSIONS:
                 self._sessions.popitem(last=False)
@@ -94,6 +101,8 @@ class SimEngine:
 
     async def propose_batch(self, requests: Sequence[SimRequest] | bytes) -> list[Proposal | BaseException]:
         requests = unpacked(requests)
+        if self.role == "mid":
+            raise ValueError("propose_batch: mid replicas only verify")
 
         def answer(r: SimRequest):
             weak, strong = self._models(r)[:2]
@@ -102,8 +111,8 @@ class SimEngine:
 
     async def verify_batch(self, requests: Sequence[SimRequest] | bytes) -> list[Review | BaseException]:
         requests = unpacked(requests)
-        if self.role != "verifier":
-            raise ValueError("verify_batch is served by verifier replicas only")
+        if self.role == "drafter":
+            raise ValueError("verify_batch is served by verifier and mid replicas only")
 
         def answer(r: SimRequest):
             judge = self._exact_judge(r) if r.criterion == "exact" else self._models(r)[2]

@@ -53,7 +53,7 @@ class Roofline:
 
     def __init__(self, role: str, hardware: Any, time_scale: float = 1.0, tokens: TokenModel = TokenModel(),
                  clock: Callable[[], float] = time.monotonic, tick_s: float = 0.01):
-        r = hardware.deployments()["strong" if role == "verifier" else "weak"]
+        r = hardware.deployments()[{"verifier": "strong", "mid": "mid"}.get(role, "weak")]
         self.engine, self.tokens, self.clock = Engine(r.spec, r.gpu, r.n_gpus), tokens, clock
         self.time_scale, self.tick_s = time_scale, tick_s
         self.calls: list[_Call] = []

@@ -173,7 +173,8 @@ def usage(turn: Records) -> dict[str, Any]:
     accepted, drafted = (sum(int(v.split("/")[i]) for v in verdicts) for i in range(2))
     by_model = {role: {"input_tokens": sum(c["usage"][0] for c in calls if c["role"] == role),
                        "output_tokens": sum(c["usage"][2] for c in calls if c["role"] == role)}
-                for role in ("weak", "strong")}
+                for role in ("weak", "mid", "strong") if role != "mid" or any(c["role"] == "mid" for c in calls)}
+    # the mid verifier (the three-tier chain) is named only in a turn where it had calls
     return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": prompt - cached}, "output_tokens": decode,
             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + decode,
             "speculation": {"blocks": len(verdicts), "drafted_steps": drafted, "accepted_steps": accepted,

@@ -18,20 +18,27 @@ from ..log.wire import step_dict
 from .session import Session, summary
 
 log = logging.getLogger(__name__)
-ROLES = ("weak", "strong")
+ROLES = ("weak", "mid", "strong")  # "mid": the three-tier chain's mid verifier, reported where it had calls
+ALWAYS = ("weak", "strong")  # the roles every report names, with zeros where they had no calls
 
 
 def usage_by_role(ledger: Ledger) -> dict[str, dict[str, Any]]:
     """Measured token usage per role (engine usage, or the token model's for simulated engines).
-    ``calls`` counts every call; ``prefill_calls`` those of them that only prefilled ahead of a verify."""
+    ``calls`` counts every call; ``prefill_calls`` those of them that only prefilled ahead of a verify. The
+    mid verifier's row is there only where the session ran the three-tier chain."""
     out = {}
-    for role in ROLES:
+    for role in reported(ledger.calls):
         t = ledger.totals(role)  # type: ignore[arg-type]
         out[role] = {"calls": t.calls, "prefill_calls": t.calls - len(decoding(ledger.calls, role)),
                      "prompt_tokens": t.prompt_tokens, "cached_prompt_tokens": t.cached_prompt_tokens,
                      "predicted_cached_tokens": t.predicted_cached_tokens, "decode_tokens": t.decode_tokens,
                      "wall_s": round(t.wall_s, 6)}
     return out
+
+
+def reported(calls: Iterable[Any]) -> tuple[str, ...]:
+    """The roles a report names: weak and strong always, mid where it had calls."""
+    return ROLES if any(c.role == "mid" for c in calls) else ALWAYS
 
 
 def resource_report(ledger: Ledger, hardware: Hardware, measured: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -63,7 +70,7 @@ class Metrics:
         self.finished: dict[str, int] = {}
         self.overheads: deque[float] = deque(maxlen=keep)
         self.log_waits: deque[float] = deque(maxlen=keep)
-        self.cache = {role: [0, 0, 0] for role in ROLES}  # prompt, cached (delivered), predicted cached tokens
+        self.cache = {role: [0, 0, 0] for role in ALWAYS}  # prompt, cached (delivered), predicted cached tokens
         self.session_shares: dict[str, deque[float]] = {role: deque(maxlen=keep) for role in ROLES}
         self.on_session: Callable[[Session], None] = lambda s: None
 
@@ -89,7 +96,7 @@ class Metrics:
     def finish(self, s: Session) -> None:
         """A session ended: count it by status, keep its delivered cache share per role."""
         self.finished[s.status] = self.finished.get(s.status, 0) + 1
-        for role in ROLES:
+        for role in reported(s.ledger.calls):
             t = s.ledger.totals(role)  # type: ignore[arg-type]
             if t.prompt_tokens:
                 self.session_shares[role].append(t.cached_prompt_tokens / t.prompt_tokens)

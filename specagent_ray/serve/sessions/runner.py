@@ -19,7 +19,7 @@ from typing import Any
 from ...models.backend import BackendError
 from ...models.users import GREETING
 from ...protocol.baselines import METHODS
-from ...protocol.interfaces import EngineUnavailable
+from ...protocol.interfaces import EngineUnavailable, Verifier
 from ...protocol.runtime import Parts, SpecConfig
 from ...protocol.types import Effect, History, Observation, Task, Tier, ToolCall, UserToolCall
 from ..core.api import Approval, CreateSession
@@ -36,6 +36,7 @@ from .speculation import BlockSizes, engine_load, replicas
 from .turn_taking import approved
 
 log = logging.getLogger(__name__)
+CHAIN_METHODS = ("specagent",)  # the methods a mid engine reviews for (specagent-exact's judge is the strong one's)
 
 
 Execute = Callable[[ToolCall, "str | None"], Awaitable[Observation]]
@@ -184,7 +185,15 @@ class SessionRunner:
         tools = SessionTools(s, catalog, run, self.log.durable)
         user = user_for(s, self.cfg.engines, self.env, self._user_side(s))
         return Parts(weak, strong, verifier, tools, user, s.ledger, clock=self.clock, journal=s,
-                     block_size=self.block_sizes.for_session())
+                     block_size=self.block_sizes.for_session(), mid=self.mid(s, catalog))
+
+    def mid(self, s: Session, catalog: Catalog) -> Verifier | None:
+        """The session's mid verifier (the three-tier chain): the engine client's, for a chain method; None
+        where the engines have none (an engine client without ``mid``, ``models/plan.py``'s, has none)."""
+        mid = getattr(self.engines, "mid", None)
+        if mid is None or (s.request.method or self.cfg.defaults.method) not in CHAIN_METHODS:
+            return None
+        return mid(s, catalog, parallel=self.parallel_calls(s))
 
     def _user_side(self, s: Session):
         """The scripted user's own tools (dual-control domains) run on the tool host under
@@ -207,7 +216,8 @@ class SessionRunner:
             await parts.tools.finish_intents()  # type: ignore[attr-defined]
             spec = SpecConfig(k=s.request.k or self.cfg.defaults.k,
                               max_steps=s.request.max_steps or self.cfg.defaults.max_steps,
-                              review_messages=s.request.review_messages, parallel_calls=self.parallel_calls(s))
+                              review_messages=s.request.review_messages, parallel_calls=self.parallel_calls(s),
+                              chain=self.cfg.chain.rule())
             start = History(s.task, tuple(s.steps)) if s.steps else None
             method = METHODS[s.request.method or self.cfg.defaults.method]
             trajectory = await method(s.task, parts, spec, start)

@@ -67,7 +67,7 @@ def test_priorities_go_only_to_engines_that_schedule_by_them(tmp_path):
     load_profile(broken)
 
 
-@pytest.mark.parametrize("name", ["gpu-tp16", "local-cpu"])
+@pytest.mark.parametrize("name", ["gpu-tp16", "gpu-tp16-chain", "local-cpu"])
 def test_the_vllm_profiles_turn_on_what_paid_in_bench_engines(name):
     """Prefill ahead paid (docs/serving.md, Agent-aware engines); sending priorities did not, so it is off,
     with the engines ready for it (scheduling_policy: priority) should a deployment measure otherwise."""
@@ -118,14 +118,20 @@ def test_each_profile_names_the_hardware_its_reports_are_estimated_for(name):
     assert "hardware" in _app_args(name)
 
 
-def test_gpu_profile_reports_are_estimated_on_the_hardware_it_deploys():
+@pytest.mark.parametrize("name", ["gpu-tp16", "gpu-tp16-chain"])
+def test_gpu_profile_reports_are_estimated_on_the_hardware_it_deploys(name):
     from specagent_ray.serve.core.config import AppConfig
 
-    hardware = AppConfig.model_validate(_app_args("gpu-tp16")).hardware
-    engines = next(a for a in load_profile("gpu-tp16").applications if a.name == "engines").args["llm_configs"]
+    app = AppConfig.model_validate(_app_args(name))
+    hardware = app.hardware
+    engines = next(a for a in load_profile(name).applications if a.name == "engines").args["llm_configs"]
     by_id = {c["model_loading_config"]["model_id"]: c for c in engines}
-    for role, model, gpus in (("verifier", hardware.strong_model, hardware.strong_gpus),
-                              ("drafter", hardware.weak_model, hardware.weak_gpus)):
+    roles = [("verifier", hardware.strong_model, hardware.strong_gpus),
+             ("drafter", hardware.weak_model, hardware.weak_gpus)]
+    assert ("mid" in by_id) is (app.engines.mid is not None) is (hardware.mid_model is not None) is (name != "gpu-tp16")
+    if app.engines.mid is not None:
+        roles.append((app.engines.mid.model, hardware.mid_model, hardware.mid_gpus))
+    for role, model, gpus in roles:
         c = by_id[role]
         kw = c["engine_kwargs"]
         assert c["model_loading_config"]["model_source"].rstrip("/").rsplit("/", 1)[-1] == model
@@ -201,18 +207,70 @@ def test_local_engines_can_run_replicas_behind_the_prefix_affinity_router(tmp_pa
     assert routed.engine_kwargs["scheduling_policy"] == "priority"  # the profile's CPU kwargs, as for one replica
 
 
-@pytest.mark.parametrize("name", ["gpu-tp16", "local-cpu", "edge-cloud"])
+@pytest.mark.parametrize("name", ["gpu-tp16", "gpu-tp16-chain", "local-cpu", "edge-cloud"])
 def test_every_self_hosted_engine_reports_its_gpus_to_the_meter_under_its_ledger_role(name):
     """Each LLMConfig is a MeteredLLMServer whose workers carry GpuPlacement, with the ledger role its
-    calls have (the drafter's model: weak; the verifier's: strong); gpu-tp16 runs the meter."""
+    calls have (the drafter's model: weak; the verifier's: strong; the mid's: mid); gpu-tp16 runs the meter."""
     import importlib
 
     app = next(a for a in load_profile(name).applications if a.name == "specagent").args
     roles = {app["engines"]["drafter"]["model"]: "weak", app["engines"]["verifier"]["model"]: "strong"}
+    if app["engines"].get("mid"):
+        roles[app["engines"]["mid"]["model"]] = "mid"
     engines = next(a for a in load_profile(name).applications if a.name == "engines").args["llm_configs"]
     for c in engines:
         assert c["server_cls"] == "specagent_ray.serve.engines.metered_llm:MeteredLLMServer"
         assert c["experimental_configs"]["specagent_role"] == roles[c["model_loading_config"]["model_id"]]
         module, _, cls = c["engine_kwargs"]["worker_extension_cls"].rpartition(".")
         assert hasattr(importlib.import_module(module), cls)
-    assert ("meter" in app) == (name == "gpu-tp16")
+    assert ("meter" in app) == name.startswith("gpu-tp16")
+
+
+def test_the_chain_profile_is_gpu_tp16_plus_the_mid_and_gpu_tp16_starts_no_mid():
+    """gpu-tp16-chain adds the mid engine, its endpoint, its hardware and the chain rule, and nothing else: the
+    rest cannot drift from gpu-tp16, whose default deployment has no mid (the chain is optional)."""
+    plain = yaml.safe_load(profile_path("gpu-tp16").read_text())
+    chain = yaml.safe_load(profile_path("gpu-tp16-chain").read_text())
+    llm, ours = chain["applications"][0]["args"]["llm_configs"], chain["applications"][1]["args"]
+    (mid,) = [c for c in llm if c["model_loading_config"]["model_id"] == "mid"]
+    assert mid["experimental_configs"] == {"specagent_role": "mid"}
+    assert mid["engine_kwargs"]["tensor_parallel_size"] == ours["hardware"]["mid_gpus"] == 2
+    assert mid["model_loading_config"]["model_source"] == "s3://specagent-models/qwen3-32b"
+    llm.remove(mid)
+    assert ours["engines"].pop("mid") == {"url": "http://127.0.0.1:8000/engines/v1", "model": "mid"}
+    assert ours["hardware"].pop("mid_model") == "qwen3-32b" and ours["hardware"].pop("mid_gpus") == 2
+    assert ours.pop("chain") == {"settles": ["write"], "escalate_below": 0.7}
+    assert chain == plain
+    assert all(c["model_loading_config"]["model_id"] != "mid" for c in plain["applications"][0]["args"]["llm_configs"])
+
+
+def test_a_mid_engine_without_its_hardware_fails_to_load(tmp_path):
+    raw = yaml.safe_load(profile_path("gpu-tp16-chain").read_text())
+    del raw["applications"][1]["args"]["hardware"]["mid_model"]
+    broken = tmp_path / "unpriced.yaml"
+    broken.write_text(yaml.safe_dump(raw))
+    with pytest.raises(Exception, match="engines.mid adds a mid verifier, but hardware.mid_model is not set"):
+        load_profile(broken)
+
+
+def test_priorities_go_to_the_mid_only_where_it_schedules_by_them(tmp_path):
+    raw = yaml.safe_load(profile_path("gpu-tp16-chain").read_text())
+    raw["applications"][1]["args"]["engines"]["mid"]["send_priority"] = True
+    llm = raw["applications"][0]["args"]["llm_configs"]
+    mid = next(c for c in llm if c["model_loading_config"]["model_id"] == "mid")
+    del mid["engine_kwargs"]["scheduling_policy"]
+    broken = tmp_path / "fcfs-mid.yaml"
+    broken.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match="engines.mid.send_priority is on, but engine 'mid'"):
+        load_profile(broken)
+
+
+def test_the_sim_profile_runs_the_chain_with_a_mid_replica_and_its_hardware():
+    schema = load_profile("sim", {"engines": {"mid_replicas": 1}, "hardware": {"mid_model": "qwen3-32b"},
+                                  "chain": {"escalate_below": 0.6}})
+    from specagent_ray.serve.core.config import AppConfig
+
+    app = AppConfig.model_validate(next(a for a in schema.applications if a.name == "specagent").args)
+    assert app.engines.mid_replicas == 1 and app.chain.escalate_below == 0.6
+    with pytest.raises(Exception, match="hardware.mid_model"):
+        load_profile("sim", {"engines": {"mid_replicas": 1}})
