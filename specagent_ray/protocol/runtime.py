@@ -311,7 +311,7 @@ class Run:
 
     async def observe(self, action: Action) -> Observation:
         """Execute a valid, non-stop action. A tool that raises becomes an error observation. A parallel
-        action's reads run together; its writes (accepted already) run one after another, in call order."""
+        action's reads run together, then its writes (accepted already) together."""
         if action.more:
             return await self.observe_calls(action)
         if action.kind is ActionKind.TOOL:
@@ -330,13 +330,15 @@ class Run:
                 return Observation(f"Error: {type(exc).__name__}: {exc}", error=True)
 
     async def observe_calls(self, action: Action) -> Observation:
-        """Each call of a parallel action as an action of its own, reads together, then writes in order."""
+        """Each call of a parallel action as an action of its own: its reads together, then its writes together
+        (the policy said they are independent; each write is still one keyed call, so a write never runs twice,
+        and a served session makes every intent durable before any of them runs)."""
         singles = [Action(ActionKind.TOOL, c) for c in action.calls]
         writes = [i for i, c in enumerate(action.calls) if self.call_tier(c).effect is Effect.WRITE]
         reads = [i for i in range(len(singles)) if i not in writes]
-        parts = dict(zip(reads, await asyncio.gather(*(self.observe(singles[i]) for i in reads)), strict=True))
-        for i in writes:
-            parts[i] = await self.observe(singles[i])
+        parts: dict[int, Observation] = {}
+        for group in (reads, writes):
+            parts.update(zip(group, await asyncio.gather(*(self.observe(singles[i]) for i in group)), strict=True))
         return Observation.of_calls(action.calls, [parts[i] for i in range(len(singles))])
 
     async def execute_and_commit(self, action: Action | None, author: Author) -> bool:

@@ -152,3 +152,34 @@ async def test_a_turn_that_answers_only_some_calls_of_an_action_is_refused_and_r
     runner.cancel()
     with pytest.raises(asyncio.CancelledError):
         await runner
+
+
+W1, W2 = ToolCall("book", {"q": "a"}), ToolCall("book", {"q": "b"})
+WRITES = Catalog({"lookup": object_schema(q="string"), "book": object_schema(q="string")},
+                 {"lookup": Effect.READ, "book": Effect.WRITE})
+
+
+async def test_the_accepted_client_writes_of_one_action_go_out_together_each_with_a_durable_intent():
+    """Two client writes the verifier accepted as one action: both function calls are in the response that
+    ends the turn, and each one's intent was durable before it went out."""
+    commits = GroupCommit(SlowLog(), 5.0, time.perf_counter)  # type: ignore[arg-type]
+    commits.start()
+    request = CreateSession(tool_source="app", user="client", message="hi", parallel_calls=True)
+    s = Session("s1", request, Task("0", "hi"), log=lambda sid, rec, data: commits.append(s, data))
+
+    async def run(call, key):
+        assert key is not None and key in s.intents  # the write's intent exists first
+        return await s.client_call(call, key)
+
+    parts = Parts(ScriptedPolicy([Action.parallel([W1, W2]), Action.message("booked")]),
+                  ScriptedPolicy([Action.stop()]), ScriptedVerifier([]), SessionTools(s, WRITES, run, commits.stored),
+                  ScriptedUser(), s.ledger, journal=s)
+    runner = asyncio.get_running_loop().create_task(run_specagent(s.task, parts, SpecConfig(k=3, parallel_calls=True)))
+    out = await s.wait_events(0, 5, whole_turn=True)
+    calls = [i for i in output_items(out["events"], s.id, {}) if i["type"] == "function_call"]
+    assert [(c["name"], c["arguments"]) for c in calls] == [("book", '{"q": "a"}'), ("book", '{"q": "b"}')]
+    ids = [c["call_id"] for c in calls]
+    assert take_turn(s, post((ids[1], "B"), (ids[0], "A")), None, 8) == 1
+    await asyncio.wait_for(runner, 5)
+    step = next(x for x in s.steps if x.action.more)
+    assert [p.content for p in step.observation.parts] == ["A", "B"] and step.effect is Effect.WRITE
