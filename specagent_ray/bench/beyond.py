@@ -45,6 +45,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="the second check of a critical call: the strong policy's agreement, or a second verdict")
     p.add_argument("--repeat-correlation", type=float, default=None,
                    help="how alike a second verdict is to the first (1 = a copy, the stated default; 0 = independent)")
+    p.add_argument("--error-correlation", type=float, default=None,
+                   help="override the sim's correlation between the models' errors at a state (airline and retail "
+                        "are calibrated at 0.8, telecom at 0): how often the strong policy makes the weak's mistake")
     p.add_argument("--mid-model", default=MID_MODEL, help="the mid verifier's model spec, for its cost")
     p.add_argument("--mid-gpus", type=int, default=2, help="GPUs of one mid-verifier replica")
     p.add_argument("--seed", type=int, default=0)
@@ -62,7 +65,8 @@ def run_from_args(args: argparse.Namespace, console: Console) -> int:
     configs = [_config(d, args, spec, hardware) for d in args.domains]
     total = sum(len(task_ids(c)) * c.trials * len(c.methods) for c in configs)
     out: dict[str, Any] = {"command": "bench beyond", "critical_check": args.critical_check,
-                           "repeat_correlation": args.repeat_correlation, "seed": args.seed,
+                           "repeat_correlation": args.repeat_correlation, "error_correlation": args.error_correlation,
+                           "mid_model": args.mid_model, "seed": args.seed,
                            "labels": {"pass_at_1": "tau2's evaluator on SIMULATED policies",
                                       "hbm": "ESTIMATED (cost model)", "wall_ms": "measured on this machine",
                                       "wrong_critical_per_1000": "SIMULATED"}, "domains": {}}
@@ -76,7 +80,7 @@ def run_from_args(args: argparse.Namespace, console: Console) -> int:
             console.print(table(cfg.domain, rows))
     console.print(goals(out["domains"]))
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"beyond-seed{args.seed}-{args.critical_check}.json"
+    path = args.out / f"beyond-seed{args.seed}-{args.critical_check}-{args.mid_model}.json"
     path.write_text(json.dumps(out, indent=1))
     console.print(f"wrote {path}")
     return 0
@@ -86,6 +90,8 @@ def _config(domain: str, args: argparse.Namespace, spec: SpecConfig, hardware: H
     sim = SimSettings.for_domain(domain, seed=args.seed)
     if args.repeat_correlation is not None:
         sim = replace(sim, verifier=replace(sim.verifier, repeat_correlation=args.repeat_correlation))
+    if args.error_correlation is not None:
+        sim = replace(sim, error_correlation=args.error_correlation)
     cfg = BenchConfig(domain=domain, methods=TABLE, trials=args.trials, spec=spec, sim=sim, hardware=hardware,
                       workers=args.workers)
     if args.tasks is not None:
