@@ -4,7 +4,6 @@ API's usage), and the profile's ``chain`` rule decides what it settles; without 
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 
@@ -12,10 +11,8 @@ from specagent_ray.serve.core.api import CreateSession
 from specagent_ray.serve.core.config import (
     AppConfig,
     CoordinatorConfig,
-    LatencyModel,
     SimEngines,
 )
-from specagent_ray.serve.core.handles import Local
 from specagent_ray.serve.engines.batch_wire import SimRequest
 from specagent_ray.serve.engines.engine_client import SimEngineClient
 from specagent_ray.serve.engines.sim_engine import SimEngine
@@ -24,12 +21,8 @@ from specagent_ray.serve.sessions.coordinator import Coordinator
 from specagent_ray.serve.sessions.reports import resource_report, usage_by_role
 from specagent_ray.serve.sessions.session import Session
 from specagent_ray.serve.sessions.usage import tenant_usage
-from specagent_ray.serve.toolhost.tool_host import ToolHost
-from specagent_ray.storage.local import LocalStore
-from specagent_ray.testing.faults import LeaseWall
+from specagent_ray.testing.served import FAST, finished, sim_coordinator
 
-FAST = LatencyModel(draft_base_s=0.001, draft_per_request_s=0, verify_base_s=0.002, verify_per_request_s=0,
-                    step_base_s=0.001)
 HARDWARE = {"strong_model": "qwen3.5-397b-a17b", "strong_gpus": 16, "weak_model": "qwen3-4b", "weak_gpus": 1,
             "gpu": "h20", "mid_model": "qwen3-32b", "mid_gpus": 2}
 
@@ -42,20 +35,7 @@ def config(mid: int, chain: dict | None = None) -> AppConfig:
 
 
 def coordinator(tmp_path, cfg: AppConfig) -> Coordinator:
-    store = LocalStore(tmp_path / "log")
-    mid = Local(SimEngine("mid", cfg.engines, cfg.hardware)) if cfg.engines.mid_replicas else None
-    engines = SimEngineClient(Local(SimEngine("drafter", cfg.engines)), Local(SimEngine("verifier", cfg.engines)),
-                              cfg.engines, cfg.coordinator, mid=mid)
-    return Coordinator(cfg, engines, Local(ToolHost(cfg.tool_sources, store)), store,
-                       wall=LeaseWall(cfg.coordinator.lease_s, cfg.coordinator.lease_skew_s))
-
-
-async def finished(coord: Coordinator, sid: str) -> Session:
-    after = 0
-    async with asyncio.timeout(60):
-        while not (out := await coord.events(sid, after, wait_s=1))["done"]:
-            after += len(out["events"])
-    return coord.sessions[sid]
+    return sim_coordinator(tmp_path / "log", cfg)
 
 
 async def served(tmp_path, cfg: AppConfig, tasks=("0", "1", "2")) -> list[Session]:

@@ -24,14 +24,10 @@ from specagent_ray.serve.core.catalog import Catalog
 from specagent_ray.serve.core.config import (
     AppConfig,
     CoordinatorConfig,
-    LatencyModel,
     SessionDefaults,
     SimEngines,
 )
 from specagent_ray.serve.core.errors import BadRequest
-from specagent_ray.serve.core.handles import Local
-from specagent_ray.serve.engines.engine_client import SimEngineClient
-from specagent_ray.serve.engines.sim_engine import SimEngine
 from specagent_ray.serve.log.group_commit import GroupCommit
 from specagent_ray.serve.log.records import TurnMeta
 from specagent_ray.serve.responses.items import output_items, status_of
@@ -40,13 +36,9 @@ from specagent_ray.serve.sessions.runner import SessionTools
 from specagent_ray.serve.sessions.session import Session
 from specagent_ray.serve.sessions.turn_taking import take_turn
 from specagent_ray.serve.sessions.turns import TurnPost
-from specagent_ray.serve.toolhost.tool_host import ToolHost
-from specagent_ray.storage.local import LocalStore
-from specagent_ray.testing.faults import LeaseWall
+from specagent_ray.testing.served import FAST, finished, sim_coordinator
 from specagent_ray.tools.scripted import object_schema
 
-FAST = LatencyModel(draft_base_s=0.001, draft_per_request_s=0, verify_base_s=0.002, verify_per_request_s=0,
-                    step_base_s=0.001)
 TASK = "7"  # an airline task whose gold path has two independent reads and two independent writes
 
 
@@ -56,19 +48,7 @@ def coordinator(tmp_path, default: bool) -> Coordinator:
     cfg = AppConfig(engines=SimEngines(latency=FAST), defaults=SessionDefaults(parallel_calls=default),
                     coordinator=CoordinatorConfig(lease_s=1.0, lease_skew_s=0.05),
                     tool_sources={"airline": {"kind": "tau2", "domain": "airline"}})
-    store = LocalStore(tmp_path / "log")
-    engines = SimEngineClient(Local(SimEngine("drafter", cfg.engines)), Local(SimEngine("verifier", cfg.engines)),
-                              cfg.engines, cfg.coordinator)
-    return Coordinator(cfg, engines, Local(ToolHost(cfg.tool_sources, store)), store,
-                       wall=LeaseWall(cfg.coordinator.lease_s, cfg.coordinator.lease_skew_s))
-
-
-async def finished(coord: Coordinator, sid: str) -> Session:
-    after = 0
-    async with asyncio.timeout(60):
-        while not (out := await coord.events(sid, after, wait_s=1))["done"]:
-            after += len(out["events"])
-    return coord.sessions[sid]
+    return sim_coordinator(tmp_path / "log", cfg)
 
 
 @pytest.mark.parametrize("default, asked, parallel", [
