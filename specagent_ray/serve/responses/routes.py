@@ -21,9 +21,7 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import TypeAdapter
-from starlette.convertors import StringConvertor, register_url_convertor
+from fastapi.responses import Response
 
 from ..core.api import CreateSession
 from ..core.config import GatewayConfig
@@ -34,8 +32,6 @@ from ..core.errors import (
     BadRequest,
     Conflict,
     NotFound,
-    documented,
-    error_body,
     error_event,
 )
 from .conversations import conversation_of, mount_conversations
@@ -55,7 +51,8 @@ from .items import (
     sse,
     turn_start,
 )
-from .models import InputItem, InputTokensBody, ItemReference, ResponseCreate
+from .models import InputTokensBody, ItemReference, ResponseCreate
+from .route_docs import EVENT, ITEM, LINKS, ResponseEvents, error_response, errors
 from .schema import create_schema
 from .translate import (
     Terms,
@@ -70,42 +67,6 @@ from .translate import (
 
 Call = Callable[..., Awaitable[Any]]
 log = logging.getLogger(__name__)
-KEYED = (401, 429, 500, 503)
-RESPONSE = "$response.body#/id"
-EVENT = {"type": "object", "required": ["data", "event"], "properties": {  # one server-sent event of a stream
-    "data": {"type": "string", "contentMediaType": "application/json", "description": "the event, with its "
-             "type and sequence_number"}, "event": {"type": "string", "description": "the event's type"}}}
-ITEM: TypeAdapter[Any] = TypeAdapter(InputItem)
-LINKS = {name: {"operationId": op, "parameters": {"rid": RESPONSE}} for name, op in (
-    ("GetResponse", "get_response"), ("CancelResponse", "cancel_response"), ("DeleteResponse", "delete_response"),
-    ("InputItems", "list_input_items"))}
-
-
-class ResponseId(StringConvertor):
-    """A response id in a path: ``resp_...``, so that ``/v1/responses/input_tokens`` is no response's path
-    (and its 405 names only its own method)."""
-
-    regex = "resp_[^/]+"
-
-
-register_url_convertor("rid", ResponseId())
-
-
-class ResponseEvents(StreamingResponse):
-    media_type = "text/event-stream"
-
-
-def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return documented(*KEYED, *statuses, body_schema="OpenAIError")
-
-
-def error_response(request: Request, status: int, message: str, headers: dict[str, str] | None = None,
-                   param: str | None = None, code: str | None = None) -> JSONResponse:
-    """An error's answer, its body in the shape of the route's API (``errors.error_body``)."""
-    return JSONResponse(error_body(request.url.path, status, message, param, code), status_code=status,
-                        headers=headers)
-
-
 def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg: GatewayConfig, terms: Terms) -> None:
     """Add the Responses API's routes to ``app``; ``coordinator(method, *args, owner=, retry=)`` calls a
     coordinator shard, ``tenant`` and ``key`` are the gateway's dependencies for the caller and the
