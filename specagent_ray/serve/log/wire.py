@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...protocol.types import Action, ActionKind, Effect, Event, Observation, Step, ToolCall, UserToolCall
+from ...protocol.interfaces import CallRecord
+from ...protocol.types import Action, ActionKind, Effect, Event, Observation, Step, ToolCall, Usage, UserToolCall
 
 
 def action_dict(action: Action) -> dict[str, Any]:
@@ -72,3 +73,14 @@ def event_dict(event: Event) -> dict[str, Any]:
 def event_from(data: dict[str, Any]) -> Event:
     action = data.get("action")
     return Event(data["kind"], data.get("detail", ""), action_from(action) if action else None)
+
+
+def call_dict(call: CallRecord) -> dict[str, Any]:
+    """A model call as a log record stores it (``records.ModelCallJson``)."""
+    u = call.usage
+    return {"role": call.role, "purpose": call.purpose, "wall_s": call.wall_s,
+            "usage": [u.prompt_tokens, u.cached_prompt_tokens, u.decode_tokens, u.predicted_cached_tokens]}
+
+
+def call_from(data: dict[str, Any]) -> CallRecord:
+    return CallRecord(data["role"], data["purpose"], Usage(*data["usage"]), data["wall_s"])

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...costs.ledger import Ledger
-from ...protocol.interfaces import CallRecord
-from ...protocol.types import Action, ActionKind, Effect, Event, Observation, Step, Task, ToolCall, Usage
+from ...protocol.types import Action, ActionKind, Effect, Event, Observation, Step, Task, ToolCall
 from ..core.api import CreateSession
 from ..core.errors import BadRequest, Conflict, NotFound, Overloaded
 from ..log.records import (
@@ -39,7 +38,7 @@ from ..log.records import (
     parse,
     written,
 )
-from ..log.wire import event_dict, observation_dict, observation_from, step_dict, step_from
+from ..log.wire import call_dict, call_from, event_dict, observation_dict, observation_from, step_dict, step_from
 from .turns import ENDS_TURN, Approvals, Turns
 
 Status = str  # running | waiting_user | waiting_tool | waiting_approval | done | failed | cancelled | timed_out
@@ -385,16 +384,6 @@ class Session:
         self.record(ToolResultPosted(call_id=call_id, observation=observation_dict(observation)))
         self.posted[call_id] = observation
         future.set_result(observation)
-
-
-def call_dict(call: CallRecord) -> dict[str, Any]:
-    u = call.usage
-    return {"role": call.role, "purpose": call.purpose, "wall_s": call.wall_s,
-            "usage": [u.prompt_tokens, u.cached_prompt_tokens, u.decode_tokens, u.predicted_cached_tokens]}
-
-
-def call_from(data: dict[str, Any]) -> CallRecord:
-    return CallRecord(data["role"], data["purpose"], Usage(*data["usage"]), data["wall_s"])
 
 
 def summary(s: Session) -> dict[str, Any]:

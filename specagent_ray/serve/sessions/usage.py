@@ -20,7 +20,7 @@ from typing import Any
 from ...costs.hardware import Hardware
 from ...costs.ledger import Ledger, decoding
 from ...telemetry.resources import combine_sources, report_from_ledger
-from .session import call_from
+from ..log.wire import call_from
 
 CALLS = ("commit", "calls")  # the records that carry model calls
 

@@ -11,7 +11,7 @@ from specagent_ray.protocol.interfaces import CallRecord
 from specagent_ray.protocol.types import Usage
 from specagent_ray.serve.log.records import parse
 from specagent_ray.serve.sessions.reports import Metrics
-from specagent_ray.serve.sessions.session import call_dict, call_from
+from specagent_ray.serve.log.wire import call_dict, call_from
 
 
 def test_the_prediction_is_the_prefix_the_previous_prompt_shares():
