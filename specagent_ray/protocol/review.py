@@ -132,7 +132,8 @@ async def second_check(run, steps: Sequence[Step], ruling: Ruling) -> Ruling:
     if verdict.reason:
         reason = f"{verdict.reason}; {reason}"
     fused = _without(repair, kept) if repair is not None else verdict.repair
-    return Ruling(Verdict(n, reason, fused, mask).checked(n, len(calls)), "strong")
+    judge = ruling.judge if repair is None else "strong"  # the verdict's own repair stays its judge's
+    return Ruling(Verdict(n, reason, fused, mask).checked(n, len(calls)), judge)
 
 
 async def _agree(run, steps: Sequence[Step]):

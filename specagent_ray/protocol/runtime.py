@@ -164,8 +164,8 @@ class Run:
     def trajectory(self) -> Trajectory:
         return Trajectory(self.history, self.termination or Termination.MAX_STEPS, self.events)
 
-    def note(self, kind: str, detail: str = "", action: Action | None = None) -> None:
-        event = Event(kind, detail, action)  # type: ignore[arg-type]
+    def note(self, kind: str, detail: str = "", action: Action | None = None, author: Author | None = None) -> None:
+        event = Event(kind, detail, action, author)  # type: ignore[arg-type]
         self.events.append(event)
         self.parts.journal.event(event)
 
@@ -203,7 +203,9 @@ class Run:
         if not self._tiered:
             return base
         raised = self.parts.tools.tier(call)  # type: ignore[attr-defined]
-        return raised if isinstance(raised, Tier) and raised.rank > base.rank else base
+        if not isinstance(raised, Tier):  # an adapter's answer that is no tier: fail closed
+            return Tier.CRITICAL
+        return raised if raised.rank > base.rank else base
 
     def invalid_reason(self, action: object) -> str | None:
         """The paper's ``valid()``, with the reason kept for the trajectory."""
@@ -286,8 +288,12 @@ class Run:
                 return f"mid verifier unavailable: {exc}"
             self.record("mid", "verify", review, start, span)
         verdict, confidence = review.verdict, getattr(review, "confidence", None)
-        if not isinstance(verdict, Verdict) or not isinstance(confidence, (int, float)) or confidence != confidence:
-            return f"malformed mid verdict: {type(verdict).__name__}, confidence {confidence!r}"
+        if not isinstance(verdict, Verdict):
+            return f"malformed mid verdict: {type(verdict).__name__}"
+        if confidence is None:
+            return "the mid verifier reported no confidence"
+        if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 <= confidence <= 1.0:
+            return f"malformed mid verdict: confidence {confidence!r} is not in 0..1"
         staged = block[-1].action.calls if block and block[-1].staged else ()
         checked = verdict.checked(len(block), max(len(staged), 1))
         if checked.reason.startswith("malformed verdict"):  # ours, or the model's own words: escalate either way
@@ -332,7 +338,7 @@ class Run:
     async def observe_calls(self, action: Action) -> Observation:
         """Each call of a parallel action as an action of its own: its reads together, then its writes together
         (the policy said they are independent; each write is still one keyed call, so a write never runs twice,
-        and a served session makes every intent durable before any of them runs)."""
+        and in a served session each write runs only once its own intent is durable)."""
         singles = [Action(ActionKind.TOOL, c) for c in action.calls]
         writes = [i for i, c in enumerate(action.calls) if self.call_tier(c).effect is Effect.WRITE]
         reads = [i for i in range(len(singles)) if i not in writes]

@@ -133,7 +133,7 @@ async def repair(run: Run, verdict: Verdict, ran: Action | None = None, judge: A
     fused = verdict.repair
     why = None if fused is None else run.invalid_reason(fused) or _repeats(fused, ran)
     if fused is not None and why is None:
-        run.note("fused_repair", verdict.reason, fused)
+        run.note("fused_repair", verdict.reason, fused, judge)
         with run.span("repair", **{"specagent.repair_kind": "fused"}):
             await run.execute_and_commit(fused, judge)
     else:

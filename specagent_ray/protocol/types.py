@@ -269,11 +269,12 @@ class Proposal:
 @dataclass(frozen=True, slots=True)
 class Review:
     """A verifier's answer: the (unchecked) verdict, what it cost, and its self-reported confidence in 0..1
-    (the chain's mid verifier escalates under ``ChainRule.escalate_below``; the strong one's is not read)."""
+    (the chain's mid verifier escalates under ``ChainRule.escalate_below``, and when it reports none or one
+    outside 0..1; the strong one's is not read)."""
 
     verdict: Verdict
     usage: Usage = Usage()
-    confidence: float = 1.0
+    confidence: float | None = None  # None: not reported (a mid verifier without one always escalates)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +317,7 @@ class Event:
     ]
     detail: str = ""
     action: Action | None = None
+    author: Author | None = None  # whose step a ``fused_repair`` is (its judge's); None elsewhere
 
 
 @dataclass

@@ -59,6 +59,8 @@ async def test_a_mid_fused_repair_of_a_write_commits_as_the_mids_step():
     parts, cfg = make(weak=[NOTE, STOP], mid=[mid_says(Verdict(0, "text is y", NOTE2))])
     traj = await run(parts, cfg)
     assert parts.tools.executed == [NOTE2.call] and traj.steps[0].author == "mid"
+    (event,) = [e for e in traj.events if e.kind == "fused_repair"]
+    assert event.author == "mid"  # what a served session's intent records as the write's author
 
 
 @pytest.mark.parametrize("answer, why", [
@@ -69,6 +71,10 @@ async def test_a_mid_fused_repair_of_a_write_commits_as_the_mids_step():
     (mid_says(Verdict(0, "x", REFUND)), "repair is critical"),
     (mid_says(Verdict(7)), "malformed"),
     (mid_says(Verdict(1), confidence=float("nan")), "malformed"),
+    (mid_says(Verdict(1), confidence=70.0), "not in 0..1"),  # a percentage is no probability
+    (mid_says(Verdict(1), confidence=True), "not in 0..1"),
+    (mid_says(Verdict(1), confidence=float("inf")), "not in 0..1"),
+    (Review(Verdict(1)), "no confidence"),  # an engine that reports none never settles alone
 ])
 async def test_anything_outside_the_mids_remit_escalates_to_the_strong_verifier(answer, why):
     parts, cfg = make(weak=[NOTE, STOP], mid=[answer], verdicts=[Verdict(0, "strong says no")], strong=[STOP])
@@ -108,24 +114,69 @@ MID = st.one_of(
 STRONG_VERDICT = st.builds(Verdict, st.integers(0, 2), st.just("s"))
 
 
+class Journal:
+    def __init__(self):
+        self.events = []
+
+    def event(self, event):
+        self.events.append(event)
+
+    def committed(self, steps):
+        return None
+
+
+class Referee(Tiered):
+    """As each weak write runs (told apart from the mid's repairs by object identity), judged from what the
+    verifiers said: the block was settled by the mid only within its remit (a plain write with WRITE in
+    ``settles``; never a critical call), else the strong verifier's latest verdict accepted the whole block."""
+
+    def __init__(self, specs, journal, weak_calls, strong, settles):
+        super().__init__(specs)
+        self.journal, self.weak_calls, self.strong, self.settles = journal, weak_calls, strong, settles
+        self.violations: list[str] = []
+
+    async def execute(self, call):
+        if any(call is w for w in self.weak_calls) and call.name != "lookup":
+            kinds = [e.kind for e in self.journal.events]
+            staged = max(i for i, k in enumerate(kinds) if k == "staged")
+            review = [k for k in kinds[staged:] if k in ("settled_by_mid", "escalated")]
+            settled = review[-1:] == ["settled_by_mid"]
+            if settled and (call.name == "refund" or Tier.WRITE not in self.settles):
+                self.violations.append(f"the mid settled a weak {call.name} outside its remit {self.settles}")
+            last = self.strong.answers[-1:]
+            if not settled and not (last and last[0][0].accepted_prefix == last[0][1]):
+                self.violations.append(f"a weak {call.name} ran without the strong verifier's acceptance")
+        return await super().execute(call)
+
+
+class Recording(ScriptedVerifier):
+    def __init__(self, verdicts):
+        super().__init__(verdicts)
+        self.answers = []
+
+    async def verify(self, history, block):
+        out = await super().verify(history, block)
+        self.answers.append((out.verdict, len(block)))
+        return out
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mid=st.lists(MID, max_size=5), verdicts=st.lists(STRONG_VERDICT, max_size=5),
        settles=st.sets(st.sampled_from([Tier.WRITE, Tier.CRITICAL])), below=st.floats(0, 1))
 async def test_the_mid_never_settles_outside_its_remit(mid, verdicts, settles, below):
-    parts, cfg = make(weak=[LOOKUP, NOTE, REFUND, NOTE2, STOP], mid=mid, verdicts=verdicts,
-                      strong=[STOP] * 6, max_steps=10, chain=ChainRule(frozenset(settles), below))
+    weak = [Action.tool("lookup", id="a"), Action.tool("note", id="a", text="x"),
+            Action.tool("refund", id="a", amount=50), Action.tool("note", id="a", text="y"), STOP]  # own objects
+    parts, cfg = make(weak=weak, mid=mid, strong=[STOP] * 6, max_steps=10, chain=ChainRule(frozenset(settles), below))
+    journal = Journal()
+    parts.journal, parts.verifier = journal, Recording(verdicts)
+    parts.tools = Referee(parts.tools.specs, journal, [a.call for a in weak if a.call], parts.verifier, settles)
     traj = await run(parts, cfg)
+    assert parts.tools.violations == []
     settled = [e for e in traj.events if e.kind == "settled_by_mid"]
     assert len(settled) + traj.count("escalated") == len(parts.mid.calls)
     for step in traj.steps:
         if step.author == "mid":  # a mid repair: valid, never critical, of a tier it may settle
             assert step.action.kind is not ActionKind_TOOL or step.action.call.name != "refund"
-    for s in traj.steps:
-        if s.author == "weak" and s.action == REFUND:  # critical: strong's verdict and the second check
-            assert traj.count("second_check") >= 1 and len(parts.verifier.calls) >= 1
-        if s.author == "weak" and s.action.call is not None and s.action.call.name == "note" \
-                and Tier.WRITE not in settles:
-            assert len(parts.verifier.calls) >= 1
 
 
 ActionKind_TOOL = LOOKUP.kind

@@ -135,6 +135,12 @@ async def test_in_a_parallel_action_only_the_unconfirmed_critical_call_is_droppe
     assert traj.steps[1].author == "strong"  # the strong step less the call that ran already
 
 
+async def test_a_tier_table_that_answers_no_tier_makes_the_call_critical():
+    parts, cfg = make(weak=[BIG_NOTE, STOP], strong=[STOP], tiers={"note": "critical"})  # a string, no Tier
+    await run(parts, cfg)
+    assert executed(parts, "note") == []  # fail closed: critical, and the strong policy would not write it
+
+
 def test_a_critical_check_needs_two_judgements():
     with pytest.raises(ValueError):
         CriticalCheck("verdicts", k=1)
@@ -144,23 +150,81 @@ def test_a_critical_check_needs_two_judgements():
 
 VERDICT = st.one_of(
     st.builds(Verdict, st.integers(-1, 3), st.just("r")),
-    st.builds(lambda j: Verdict(j, "r", REFUND), st.integers(0, 2)),
+    st.builds(lambda j: Verdict(j, "r", Action.tool("refund", id="a", amount=50)), st.integers(0, 2)),
 )
-ANSWER = st.one_of(st.sampled_from([REFUND, Action.tool("refund", id="a", amount=1), STOP, LOOKUP]),
-                   st.just(MalformedOutput("x")))
+# The strong policy's answers are equal to the weak refund but never the same object, so the referee can tell
+# a weak call (by identity) from the strong model's own.
+ANSWER = st.one_of(st.sampled_from([Action.tool("refund", id="a", amount=50), Action.tool("refund", id="a", amount=1),
+                                    STOP, Action.tool("lookup", id="a")]), st.just(MalformedOutput("x")))
+
+
+class Journal:
+    def __init__(self):
+        self.events = []
+
+    def event(self, event):
+        self.events.append(event)
+
+    def committed(self, steps):
+        return None
+
+
+class Answers:
+    """Wraps a scripted policy or verifier and keeps what it answered, in order."""
+
+    def __init__(self, inner):
+        self.inner, self.said = inner, []
+
+    async def propose(self, history, draft=(), feedback=None):
+        out = await self.inner.propose(history, draft, feedback)
+        self.said.append(out.action)
+        return out
+
+    async def verify(self, history, block):
+        out = await self.inner.verify(history, block)
+        self.said.append((out.verdict, len(block)))
+        return out
+
+
+class Referee(TieredInMemory):
+    """At the moment the weak refund would run, judged from what the models said, not from the loop's events:
+    it was staged since the last review began, and either (agree) the strong policy's latest step is this very
+    call, or (verdicts) the verifier's latest two verdicts both accepted the whole block."""
+
+    def __init__(self, specs, tiers, journal, weak_call, strong, verifier, mode):
+        super().__init__(specs, tiers)
+        self.journal, self.weak_call, self.weak_runs = journal, weak_call, 0
+        self.strong, self.verifier, self.mode = strong, verifier, mode
+        self.violations: list[str] = []  # the loop turns a tool's exception into data: record, assert later
+
+    async def execute(self, call):
+        if call is self.weak_call:
+            self.weak_runs += 1
+            kinds = [(e.kind, e.action) for e in self.journal.events]
+            staged = max(i for i, (k, _) in enumerate(kinds) if k == "staged")
+            if not any(c is call for c in kinds[staged][1].calls):
+                self.violations.append("ran without being the staged call")
+            if self.mode == "agree" and not (self.strong.said and self.strong.said[-1].calls == (call,)):
+                self.violations.append(f"ran though the strong policy's latest step was {self.strong.said[-1:]}")
+            last = self.verifier.said[-2:]
+            if self.mode == "verdicts" and not (len(last) == 2 and all(v.accepted_prefix == n for v, n in last)):
+                self.violations.append(f"ran though the latest verdicts were {last}")
+        return await super().execute(call)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(verdicts=st.lists(VERDICT, max_size=4), answers=st.lists(ANSWER, max_size=4),
        mode=st.sampled_from(["agree", "verdicts"]))
 async def test_every_weak_critical_call_that_ran_was_accepted_by_a_verdict_and_confirmed(verdicts, answers, mode):
-    """The referee: a weak refund of 50 runs only after a verdict accepted it AND (agree) the strong policy
-    proposed that very call from the same state, or (verdicts) a second verdict accepted it."""
+    """The referee checks, as each weak refund runs, that this very call (by identity) was staged, accepted and
+    confirmed by the second check of the same review."""
     parts, cfg = make(weak=[LOOKUP, REFUND, REFUND, STOP], strong=answers, verdicts=verdicts,
                       critical=CriticalCheck(mode), max_steps=8)
+    journal = Journal()
+    parts.journal, parts.strong, parts.verifier = journal, Answers(parts.strong), Answers(parts.verifier)
+    parts.tools = Referee(parts.tools.specs, parts.tools.tiers, journal, REFUND.call, parts.strong, parts.verifier,
+                          mode)
     traj = await run(parts, cfg)
-    weak_refunds = [s for s in traj.steps if s.author == "weak" and s.action == REFUND]
-    for _ in weak_refunds:
-        assert traj.count("second_check") >= 1
-    accepting = sum(1 for e in traj.events if e.kind == "second_check" and e.detail.startswith("1/"))
-    assert len(weak_refunds) <= accepting
+    assert parts.tools.violations == []
+    ran = [s for s in traj.steps if s.author == "weak" and s.action.call is REFUND.call]
+    assert len(ran) == parts.tools.weak_runs

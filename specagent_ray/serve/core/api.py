@@ -65,12 +65,19 @@ class Approval(Body):
     never instead of it: reads and rejected writes never wait for one."""
 
     tools: list[Annotated[str, ToolName]] | None = Field(None, max_length=128,
-                                                         description="these tools' writes; every write if null")
+                                                         description="these tools' writes; every write if null "
+                                                         "(and tiers is null)")
+    tiers: list[Literal["write", "critical"]] | None = Field(None, max_length=2, description="the writes of these "
+                                                             "risk tiers too (a call's tier: docs/serving.md)")
     exempt: list[Annotated[str, ToolName]] = Field(default_factory=list, max_length=128,
                                                    description="writes of these tools never wait")
 
-    def needed(self, tool: str) -> bool:
-        return (self.tools is None or tool in self.tools) and tool not in self.exempt
+    def needed(self, tool: str, tier: str = "write") -> bool:
+        if tool in self.exempt:
+            return False
+        if self.tools is None and self.tiers is None:
+            return True
+        return tool in (self.tools or ()) or tier in (self.tiers or ())
 
 
 class SourceUse(Body):

@@ -51,6 +51,7 @@ class SessionTools:
         self.catalog = catalog
         self._run = run
         self._durable = durable
+        self._asking = asyncio.Lock()  # a parallel action's writes ask their approvals one at a time
 
     def classify(self, call: ToolCall) -> Effect:
         return self.catalog.classify(call)  # WRITE for any call above READ: its tier's rules included
@@ -65,8 +66,9 @@ class SessionTools:
     async def execute(self, call: ToolCall) -> Observation:
         if self.classify(call) is Effect.WRITE:
             approval = approval_rule(self.session.request, self.catalog.routes.get(call.name))
-            if approval is not None and approval.needed(call.name):
-                ok, reason = await approved(self.session, call)  # after the verifier's acceptance, never instead
+            if approval is not None and approval.needed(call.name, self.tier(call).value):
+                async with self._asking:  # each request in a turn of its own: one answer ends one wait
+                    ok, reason = await approved(self.session, call)  # after the verifier's acceptance, never instead
                 if not ok:
                     return Observation(f"The user denied this call{': ' + reason if reason else '.'}", error=True)
             key = self.session.intent(call)

@@ -91,6 +91,7 @@ class Session:
     _calls_logged: int = 0
     _reads: int = 0  # client reads asked since the last commit
     _staged_calls: frozenset[str] = frozenset()  # one-call action keys of the staged action's calls
+    _repair_author: tuple[str, frozenset[str]] = ("strong", frozenset())  # the latest fused repair's judge, calls
     _key_of: dict[str, str] = field(default_factory=dict)  # one-call action key -> idempotency key (uncommitted)
     _outside: float = 0.0
     _outside_mark: float = 0.0
@@ -165,6 +166,8 @@ class Session:
             self._staged_calls = frozenset(c.action_key() for c in event.action.calls)
         elif event.kind == "rejected":  # a repair that repeats a staged call is still the strong model's
             self._staged_calls = frozenset()
+        elif event.kind == "fused_repair" and event.action is not None:  # its judge's step: mid or strong
+            self._repair_author = (event.author or "strong", frozenset(c.action_key() for c in event.action.calls))
         data = event_dict(event)
         self.record(ProtocolEvent(t=data.pop("kind"), **data))
 
@@ -224,7 +227,8 @@ class Session:
     def intent(self, call: ToolCall) -> str:
         """Record the intent to run an approved write and return its idempotency key."""
         key = f"{self.id}:w{len(self.intents)}"
-        author = "weak" if call.action_key() in self._staged_calls else "strong"
+        author = "weak" if call.action_key() in self._staged_calls else \
+            self._repair_author[0] if call.action_key() in self._repair_author[1] else "strong"
         self.intents[key] = Intent(key=key, call={"name": call.name, "arguments": call.arguments}, author=author,
                                    epoch=self.epoch)
         self._key_of[call.action_key()] = key

@@ -139,16 +139,33 @@ WRITES = Catalog({"lookup": object_schema(q="string"), "book": object_schema(q="
                  {"lookup": Effect.READ, "book": Effect.WRITE})
 
 
+class StoringLog(SlowLog):
+    """A SlowLog that keeps what each ``durable()`` stored, so a test can ask whether a record was stored."""
+
+    def __init__(self):
+        self.pending: list[dict] = []
+        self.stored: list[dict] = []
+
+    def append(self, sid, data) -> None:
+        self.pending.append(data)
+
+    async def durable(self) -> None:
+        batch, self.pending = self.pending, []
+        await asyncio.sleep(0.005)
+        self.stored += batch
+
+
 async def test_the_accepted_client_writes_of_one_action_go_out_together_each_with_a_durable_intent():
     """Two client writes the verifier accepted as one action: both function calls are in the response that
-    ends the turn, and each one's intent was durable before it went out."""
-    commits = GroupCommit(SlowLog(), 5.0, time.perf_counter)  # type: ignore[arg-type]
+    ends the turn, and each one's intent was stored before it went out."""
+    log = StoringLog()
+    commits = GroupCommit(log, 5.0, time.perf_counter)  # type: ignore[arg-type]
     commits.start()
     request = CreateSession(tool_source="app", user="client", message="hi", parallel_calls=True)
     s = Session("s1", request, Task("0", "hi"), log=lambda sid, rec, data: commits.append(s, data))
 
     async def run(call, key):
-        assert key is not None and key in s.intents  # the write's intent exists first
+        assert any(r.get("t") == "intent" and r.get("key") == key for r in log.stored)  # stored, not just made
         return await s.client_call(call, key)
 
     parts = Parts(ScriptedPolicy([Action.parallel([W1, W2]), Action.message("booked")]),
@@ -163,3 +180,38 @@ async def test_the_accepted_client_writes_of_one_action_go_out_together_each_wit
     await asyncio.wait_for(runner, 5)
     step = next(x for x in s.steps if x.action.more)
     assert [p.content for p in step.observation.parts] == ["A", "B"] and step.effect is Effect.WRITE
+
+
+async def test_two_writes_of_one_action_that_need_approval_ask_one_at_a_time_and_both_finish():
+    """Approvals are asked one after another, each in a turn of its own: answering one turn never leaves the
+    other write's request open in a turn that has already ended."""
+    from specagent_ray.serve.core.api import Approval
+    from specagent_ray.serve.sessions.turns import ApprovalPost
+
+    commits = GroupCommit(SlowLog(), 5.0, time.perf_counter)  # type: ignore[arg-type]
+    commits.start()
+    request = CreateSession(tool_source="app", user="client", message="hi", parallel_calls=True,
+                            approval=Approval())
+    s = Session("s1", request, Task("0", "hi"), log=lambda sid, rec, data: commits.append(s, data))
+    ran: list[ToolCall] = []
+
+    async def run(call, key):
+        ran.append(call)
+        from specagent_ray.protocol.types import Observation
+        return Observation("booked")
+
+    parts = Parts(ScriptedPolicy([Action.parallel([W1, W2]), Action.message("booked")]),
+                  ScriptedPolicy([Action.stop()]), ScriptedVerifier([]), SessionTools(s, WRITES, run, commits.stored),
+                  ScriptedUser(), s.ledger, journal=s)
+    runner = asyncio.get_running_loop().create_task(run_specagent(s.task, parts, SpecConfig(k=3, parallel_calls=True)))
+    after = 0
+    for turn in (1, 2):
+        out = await s.wait_events(after, 5, whole_turn=True)
+        after += len(out["events"])
+        asks = [r for r in out["events"] if r["t"] == "approval_request"]
+        assert len(asks) == 1, [r["t"] for r in out["events"]]
+        answer = ApprovalPost(approval_request_id=asks[0]["id"], approve=True)
+        assert take_turn(s, TurnPost(previous=turn - 1, inputs=[answer], meta=TurnMeta(model="specagent")),
+                         None, 8) == turn
+    await asyncio.wait_for(runner, 5)
+    assert sorted(c.arguments["q"] for c in ran) == ["a", "b"]
