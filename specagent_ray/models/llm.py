@@ -19,7 +19,7 @@ from ..protocol.interfaces import MalformedOutput
 from ..protocol.types import History, Proposal, Review, Step, Usage
 from ..telemetry.tracing import traceparent_headers
 from .backend import Backend
-from .parsing import parse_action, parse_verdict
+from .parsing import parse_action, parse_review, parse_verdict
 from .prompts import ChatMessage, PromptConfig, Prompts, common_prefix, retry_messages, serialize
 
 T = TypeVar("T")
@@ -138,6 +138,11 @@ class LLMVerifier(_ModelCaller):
         names: Collection[str] = self.prompts.tool_names
         parallel = self.prompts.config.parallel_calls
         prompt = self.prompts.verify(history, block, self.criterion)
+        if self.prompts.config.confidence:  # the chain's mid verifier: how sure it is, to escalate when not
+            (verdict, sure), usage = await ask(
+                self.backend, prompt, self.prompts.verdict_schema(n), self.max_tokens, self.temperature, self.headers,
+                lambda text, finish: parse_review(text, n, names, finish, parallel), priority, self.trail)
+            return Review(verdict, usage, sure)
         verdict, usage = await ask(self.backend, prompt, self.prompts.verdict_schema(n),
                                    self.max_tokens, self.temperature, self.headers,
                                    lambda text, finish: parse_verdict(text, n, names, finish, parallel), priority,

@@ -68,6 +68,22 @@ def parse_verdict(text: object, n: int, tool_names: Collection[str], finish_reas
         raise MalformedOutput(f"unparseable verdict ({type(exc).__name__})") from exc
 
 
+def parse_review(text: object, n: int, tool_names: Collection[str], finish_reason: str | None = None,
+                 parallel: bool = False) -> tuple[Verdict, float | None]:
+    """``parse_verdict``'s verdict and the reviewer's ``confidence``: a number in 0..1, else None (missing,
+    a bool, a string, out of range: a mid verifier then escalates; the verdict itself stays usable)."""
+    try:
+        obj = load_object(text, finish_reason)
+        verdict = verdict_from(obj, n, tool_names, parallel)
+    except MalformedOutput:
+        raise
+    except Exception as exc:
+        raise MalformedOutput(f"unparseable verdict ({type(exc).__name__})") from exc
+    sure = obj.get("confidence")
+    ok = isinstance(sure, (int, float)) and not isinstance(sure, bool) and 0.0 <= sure <= 1.0
+    return verdict, float(sure) if ok else None
+
+
 # -- from text to one JSON object ------------------------------------------------------------------
 
 def load_object(text: object, finish_reason: str | None = None) -> dict[str, Any]:

@@ -52,6 +52,8 @@ class PromptConfig(BaseModel):
                                   "(anyOf per tool); False asks for a free-form arguments object")
     parallel_calls: bool = Field(False, description="the model may answer several independent tool calls in "
                                  "one action, and a verdict may accept or reject each staged call")
+    confidence: bool = Field(False, description="a verdict also says how sure the reviewer is (0..1): the "
+                             "three-tier chain's mid verifier, which escalates when unsure")
 
 
 # -- schemas ---------------------------------------------------------------------------------------
@@ -131,7 +133,7 @@ def _rewrite_refs(node: Any, renames: Mapping[str, str]) -> Any:
 
 
 def verdict_schema(tool_schemas: Mapping[str, Any], n: int | None = None, typed: bool = False,
-                   parallel: bool = False) -> dict[str, Any]:
+                   parallel: bool = False, confidence: bool = False) -> dict[str, Any]:
     """The schema of a verdict ``(j, r, ã)``; with ``n`` the engine also enforces ``j <= n``. With
     ``parallel``, ``calls`` answers each call of a staged parallel action (or is null), and the repair may
     be a parallel action."""
@@ -151,6 +153,8 @@ def verdict_schema(tool_schemas: Mapping[str, Any], n: int | None = None, typed:
     if parallel:  # one boolean per staged call, or null
         properties["calls"] = {"anyOf": [{"type": "array", "items": {"type": "boolean"}, "minItems": 1,
                                           "maxItems": MAX_CALLS}, {"type": "null"}]}
+    if confidence:  # how sure the reviewer is that this verdict is right
+        properties["confidence"] = {"type": "number", "minimum": 0, "maximum": 1}
     return {**({"$defs": defs} if defs else {}), "title": "verdict", "type": "object", "properties": properties,
             "required": list(properties), "additionalProperties": False}
 
@@ -246,7 +250,7 @@ class Prompts:
 
     def verdict_schema(self, n: int) -> dict[str, Any]:
         return verdict_schema(self.tool_schemas, n, typed=self.config.typed_arguments,
-                              parallel=self.config.parallel_calls)
+                              parallel=self.config.parallel_calls, confidence=self.config.confidence)
 
     def leading_block(self, history: History) -> list[ChatMessage]:
         """System message + H. The verify and repair prompts both begin with exactly these messages."""
@@ -267,7 +271,7 @@ class Prompts:
         """One prefill over H + block, then a short verdict ``(j, r, ã)``; ``criterion`` is SpecAgent's
         ``semantic`` acceptance or the ablation's ``exact`` one (only the closing instruction differs)."""
         return [*self.leading_block(history), *steps_messages(block, self.config.observation_chars),
-                {"role": "user", "content": verify_instruction(block, criterion)}]
+                {"role": "user", "content": verify_instruction(block, criterion, self.config.confidence)}]
 
 
 NEXT_ACTION = "Decide your next action. Answer with one JSON object only."
@@ -291,7 +295,7 @@ ACCEPTANCE = {
 }
 
 
-def verify_instruction(block: Sequence[Step], criterion: str = "semantic") -> str:
+def verify_instruction(block: Sequence[Step], criterion: str = "semantic", confidence: bool = False) -> str:
     lines = []
     for i, step in enumerate(block, 1):
         note = "STAGED: not executed, runs only if you accept it" if step.staged else "executed"
@@ -302,6 +306,10 @@ def verify_instruction(block: Sequence[Step], criterion: str = "semantic") -> st
                 f"of them in order (true runs it, false never does; reason and repair then speak of the false "
                 f"ones), or be null to accept them all.") if len(staged) > 1 else ""
     fields = ', "calls": <list of true/false, or null>' if len(staged) > 1 else ""
+    if confidence:
+        per_call += (" In confidence, give the probability (0 to 1) that your verdict is right: a more careful "
+                     "reviewer checks it when you are unsure.")
+        fields += ', "confidence": <number from 0 to 1>'
     return (
         f"You are now the reviewer. The last {n} action(s) above are a draft by a junior agent:\n"
         + "\n".join(lines) + "\n"

@@ -236,3 +236,13 @@ def test_fuzz_parsers_with_parallel_calls_only_return_valid_values_or_malformed(
             assert all(c.name in TOOLS for c in verdict.repair.calls)
     off = check(lambda t: parse_action(t, TOOLS, None), text)  # parallel off: never several calls
     assert off is None or len(off.calls) <= 1
+
+
+@pytest.mark.parametrize("field, sure", [(', "confidence": 0.25', 0.25), (', "confidence": 1', 1.0), ("", None),
+                                         (', "confidence": 1.5', None), (', "confidence": true', None),
+                                         (', "confidence": "0.9"', None), (', "confidence": -0.1', None)])
+def test_a_reviewers_confidence_is_a_number_in_0_1_or_none(field, sure):
+    from specagent_ray.models.parsing import parse_review
+
+    verdict, got = parse_review('{"accepted_prefix": 1, "reason": "", "repair": null' + field + "}", 2, ["t"])
+    assert verdict.accepted_prefix == 1 and got == sure

@@ -17,6 +17,7 @@ from ...protocol.types import Tier
 from ...tools.tiers import Predicate, TierRule, TierTable
 from .engine_config import (  # noqa: F401 - the engine classes live in engine_config.py; imported from here too
     ChainConfig,
+    CriticalConfig,
     Endpoint,
     Engines,
     LatencyModel,
@@ -309,6 +310,8 @@ class AppConfig(Strict):
                                       "on the engines' nodes (docs/serving.md); none: ESTIMATED only")
     chain: ChainConfig = Field(ChainConfig(), description="what a mid engine settles without the strong verifier "
                                "(engine_config.py, docs/serving.md); read only where the engines have a mid")
+    critical: CriticalConfig = Field(CriticalConfig(), description="the second check of a critical call "
+                                     "(a tool source's tier: docs/serving.md, Risk tiers)")
 
     @model_validator(mode="after")
     def _methods_known(self) -> AppConfig:

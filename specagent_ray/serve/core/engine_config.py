@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...protocol.review import ChainRule
+from ...protocol.review import ChainRule, CriticalCheck
 from ...protocol.types import Tier
 
 
@@ -74,8 +74,8 @@ class OpenAIEngines(Strict):
     verifier: Endpoint
     user: Endpoint | None = None
     mid: Endpoint | None = Field(None, description="the three-tier chain's mid verifier (needs hardware.mid_model); "
-                                 "None: no chain. Its verdicts carry no parsed confidence yet (1.0), so it escalates "
-                                 "by tier and validity only")
+                                 "None: no chain. Its verdict schema asks for a confidence in 0..1; a verdict "
+                                 "without one escalates")
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(2, ge=0, le=10)
     max_tokens: int = Field(256, ge=16)
@@ -121,6 +121,18 @@ class ChainConfig(Strict):
 
     def rule(self) -> ChainRule:
         return ChainRule(frozenset(Tier(t) for t in self.settles), self.escalate_below)
+
+
+class CriticalConfig(Strict):
+    """The second check a critical call needs after its verdict (``protocol/review.py``'s ``CriticalCheck``):
+    ``agree``, the strong policy's own step must make the same call (one strong decode), or ``verdicts``, k
+    verdicts in all must accept it (k - 1 more prefills; only as good as they are independent)."""
+
+    mode: Literal["agree", "verdicts"] = "agree"
+    k: int = Field(2, ge=2, le=5, description="verdicts in all, for mode verdicts")
+
+    def check(self) -> CriticalCheck:
+        return CriticalCheck(self.mode, self.k)
 
 
 def has_mid(engines: Any) -> bool:

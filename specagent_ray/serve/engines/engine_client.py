@@ -237,12 +237,12 @@ class OpenAIEngineClient:
         return prompt, headers, {"max_tokens": self.cfg.max_tokens, "temperature": 0.0, "headers": headers}
 
     def mid(self, session: SessionView, catalog: Catalog, parallel: bool = False) -> Verifier | None:
-        """The mid verifier on the ``mid`` endpoint (None without one), batched in its own window. Its Review's
-        confidence is ``LLMVerifier``'s 1.0 (no confidence is parsed from the verdict yet), so the chain
-        escalates its blocks by tier and repair validity only, never by confidence."""
+        """The mid verifier on the ``mid`` endpoint (None without one), batched in its own window. Its verdicts
+        carry the model's own confidence (``PromptConfig.confidence``); one it does not give in 0..1 escalates."""
         if self.mid_backend is None or self.mid_batch is None or self.cfg.mid is None:
             return None
         prompt, _, kw = self._prompt(session, catalog, parallel)
+        prompt = prompt.model_copy(update={"confidence": True})
         judge = LLMVerifier(self.mid_backend, prompt, catalog.schemas, trail=PromptTrail(), **kw)
         judges = {"semantic": judge, "exact": judge.by_exact_match()}
         c, p, sid, batch = self.coord, self.priority, session.id, self.mid_batch

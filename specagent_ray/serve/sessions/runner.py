@@ -219,7 +219,7 @@ class SessionRunner:
             spec = SpecConfig(k=s.request.k or self.cfg.defaults.k,
                               max_steps=s.request.max_steps or self.cfg.defaults.max_steps,
                               review_messages=s.request.review_messages, parallel_calls=self.parallel_calls(s),
-                              chain=self.cfg.chain.rule())
+                              chain=self.cfg.chain.rule(), critical=self.cfg.critical.check())
             start = History(s.task, tuple(s.steps)) if s.steps else None
             method = METHODS[s.request.method or self.cfg.defaults.method]
             trajectory = await method(s.task, parts, spec, start)

@@ -80,12 +80,14 @@ def test_the_engine_classes_are_still_config_s():
 
 
 class Backend:
-    def __init__(self):
-        self.requests = []
+    def __init__(self, confidence=""):
+        self.requests, self.schemas, self.confidence = [], [], confidence
 
     async def complete(self, messages, json_schema, max_tokens, temperature=0.0, headers=None, priority=None):
         self.requests.append(messages)
-        return Completion('{"accepted_prefix": 1, "reason": "", "repair": null}', Usage(10, 0, 5), "stop", "m")
+        self.schemas.append(json_schema)
+        body = '{"accepted_prefix": 1, "reason": "", "repair": null' + self.confidence + "}"
+        return Completion(body, Usage(10, 0, 5), "stop", "m")
 
 
 def _session():
@@ -102,10 +104,25 @@ async def test_the_openai_client_asks_the_mid_endpoint_for_the_mid_verdict():
     engines = plain.model_copy(update={"mid": Endpoint(model="m", **E)})
     client = OpenAIEngineClient(engines, CoordinatorConfig(batch_window_ms=1), {})
     assert client.mid_backend is not None and client.mid_backend.model == "m"
-    client.verifier, client.mid_backend = Backend(), Backend()
+    client.verifier, client.mid_backend = Backend(), Backend(', "confidence": 0.8')
     mid = client.mid(_session(), catalog)  # type: ignore[arg-type]
     block = [Step(Action.tool("lookup"), None, "weak", Effect.READ)]
     review = await mid.verify(History(Task("t", "hi")), block)
-    assert review.verdict.accepted_prefix == 1 and review.confidence == 1.0  # no confidence is parsed yet
+    assert review.verdict.accepted_prefix == 1 and review.confidence == 0.8  # the model's own, from its verdict
+    assert "confidence" in client.mid_backend.schemas[0]["properties"]  # asked for by the schema
+    assert "confidence" in client.mid_backend.requests[0][-1]["content"]  # and by the instruction
     assert len(client.mid_backend.requests) == 1 and client.verifier.requests == []
     assert "mid" in client.batchers()
+
+
+def test_the_profile_sets_the_critical_check_strictly():
+    from pydantic import ValidationError
+
+    from specagent_ray.protocol.review import CriticalCheck
+    from specagent_ray.serve.core.config import AppConfig
+
+    assert AppConfig().critical.check() == CriticalCheck("agree", 2)
+    assert AppConfig(critical={"mode": "verdicts", "k": 3}).critical.check() == CriticalCheck("verdicts", 3)
+    for bad in ({"mode": "vibes"}, {"k": 1}, {"mode": "agree", "retries": 2}):
+        with pytest.raises(ValidationError):
+            AppConfig(critical=bad)
