@@ -44,6 +44,8 @@ class Look:
 def confidence(auc: float, erred: bool, rng: random.Random) -> float:
     """A self-report in (0, 1) whose AUC at telling right from wrong is ``auc``: logistic(z), z ~ N(+d/2, 1)
     when right and N(-d/2, 1) when wrong, d = sqrt(2) * Phi^-1(auc)."""
+    if not 0.5 <= auc < 1.0:
+        raise ValueError(f"a confidence's AUC must be in [0.5, 1), got {auc}")
     d = math.sqrt(2) * NormalDist().inv_cdf(auc)
     return 1 / (1 + math.exp(-rng.gauss(-d / 2 if erred else d / 2, 1.0)))
 

@@ -80,3 +80,9 @@ def test_the_mid_confidence_separates_right_from_wrong_at_its_auc():
     pairs = random.Random(2)
     auc = sum(pairs.choice(right) > pairs.choice(wrong) for _ in range(20000)) / 20000
     assert abs(auc - 0.75) < 0.02
+
+
+@pytest.mark.parametrize("auc", [1.0, 0.4, 1.5])
+def test_an_auc_outside_half_to_one_is_refused(auc):
+    with pytest.raises(ValueError, match="AUC"):
+        confidence(auc, False, random.Random(0))
