@@ -163,3 +163,12 @@ def test_the_modules_the_scheduler_groups_exist():
     spec.loader.exec_module(conftest)
     listed = conftest.RAY_MODULES | conftest.LLM_CONFIG_MODULES
     assert [m for m in sorted(listed) if not (REPO / m).is_file()] == []
+
+
+def test_no_two_test_files_share_a_name():
+    """pytest imports test files by basename (no packages under tests/): two of one name stop collection."""
+    from collections import Counter
+    from pathlib import Path
+
+    names = Counter(p.name for p in Path(__file__).parents[1].rglob("test_*.py"))
+    assert [n for n, c in names.items() if c > 1] == []
