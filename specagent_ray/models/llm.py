@@ -126,6 +126,12 @@ class LLMVerifier(_ModelCaller):
     default_max_tokens = 512
     criterion = "semantic"  # or "exact": the exact-match ablation's reviewer (``by_exact_match``)
 
+    def for_critical(self) -> LLMVerifier:
+        """The same reviewer asked to check a critical staged call argument by argument (a second look)."""
+        look = copy.copy(self)
+        look.criterion = "critical"
+        return look
+
     def by_exact_match(self) -> LLMVerifier:
         """The same reviewer (backend, prompts, sampling) asked to accept only its own exact steps."""
         exact = copy.copy(self)

@@ -288,6 +288,13 @@ ACCEPTANCE = {
                 "be the action you would have chosen. Asking the user for something the task needs but does "
                 "not give (a missing parameter, a function that is not available) is reasonable progress; "
                 "guessing it is not.",
+    # A critical call's second look (the ``verdicts`` check): the semantic criterion, and the staged call
+    # checked argument by argument before it may run.
+    "critical": "A step is acceptable if it is reasonable progress on the task under the policy; it need not "
+                "be the action you would have chosen. The last step is a critical, irreversible call (money, "
+                "cancellations, lost service): before you accept it, check each of its arguments against what "
+                "the user asked and confirmed, the tool results above and the policy, one by one; accept it "
+                "only if every argument is right and the policy allows the call now.",
     # The exact-match ablation: the same reviewer, only the acceptance criterion changed.
     "exact": "A step is acceptable only if it is exactly the action you would have chosen at that point: the "
              "same tool with the same arguments, or the same message word for word. A different action is "

@@ -292,6 +292,11 @@ class SimulatedVerifier:
             return (stage(context),)
         return self.calls, len(context)
 
+    def for_critical(self) -> SimulatedVerifier:
+        """The critical second look: the same judge (a second look at one block shares the first's draw at
+        ``rates.repeat_correlation``; nothing else about it is simulated)."""
+        return self
+
     def by_exact_match(self) -> SimulatedVerifier:
         """The same judge with the exact-match criterion (the ablation changes the criterion only)."""
         return replace(self, criterion="exact")

@@ -62,6 +62,17 @@ class JudgeWithCriteria(Protocol):
     def by_exact_match(self) -> Verifier: ...
 
 
+@runtime_checkable
+class CriticalJudge(Protocol):
+    """A verifier that can take a second, differently framed look at a block whose staged step holds a
+    critical call (``for_critical``: the same judge told to check that call argument by argument), so that
+    the ``verdicts`` second check is not the first verdict asked again."""
+
+    async def verify(self, history: History, block: Sequence[Step]) -> Review: ...
+
+    def for_critical(self) -> Verifier: ...
+
+
 class ToolAdapter(Protocol):
     """A tool environment. ``classify`` must answer WRITE for any tool it does not know."""
 

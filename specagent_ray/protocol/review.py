@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .interfaces import EngineUnavailable
+from .interfaces import CriticalJudge, EngineUnavailable
 from .types import Action, ActionKind, Author, Step, Tier, Verdict
 
 
@@ -34,8 +34,9 @@ class CriticalCheck:
     ``agree`` (default): the strong policy writes its own step from H and the accepted prefix; each accepted
     critical call must be one of its calls (same tool, same arguments), and the strong step is the fused repair
     of those that are not. Costs one strong decode per accepted critical block.
-    ``verdicts``: k - 1 more strong verdicts on the same block must all accept each critical call. Costs k - 1
-    prefills (mostly cached); worth as much as the verdicts are independent of each other.
+    ``verdicts``: k - 1 more strong verdicts on the same block must all accept each critical call, asked as a
+    ``CriticalJudge``'s critical look where the verifier has one (told to check the call argument by argument).
+    Costs k - 1 verify calls; worth as much as the verdicts are independent of each other.
     """
 
     mode: Literal["agree", "verdicts"] = "agree"
@@ -154,8 +155,10 @@ async def _verdicts(run, steps: Sequence[Step], k: int):
     """k - 1 more verdicts on the block; a call is confirmed iff every one of them accepts it."""
     refused: set[int] = set()
     n, size = len(steps), len(steps[-1].action.calls)
+    judge = run.parts.verifier
+    look = judge.for_critical() if isinstance(judge, CriticalJudge) else judge
     for _ in range(k - 1):
-        again = await run.verify(steps)
+        again = await run.verify(steps, look)
         if again.accepted_prefix < n:
             refused.update(range(size))
         elif again.calls is not None:

@@ -251,13 +251,14 @@ class Run:
             self.record(role, purpose, proposal, start, span)
             return proposal
 
-    async def verify(self, block: Sequence[Step]) -> Verdict:
-        """One strong call over H + block. Malformed output is a full rejection, never trusted; an
-        unavailable verifier is one too (no repair), so the strong policy writes the step instead."""
+    async def verify(self, block: Sequence[Step], verifier: Verifier | None = None) -> Verdict:
+        """One strong call over H + block (by ``verifier``, default the run's). Malformed output is a full
+        rejection, never trusted; an unavailable verifier is one too (no repair), so the strong policy writes
+        the step instead."""
         with self.model_span("strong", "verify") as span:
             start = self.parts.clock()
             try:
-                review = await self.parts.verifier.verify(self.history, block)
+                review = await (verifier or self.parts.verifier).verify(self.history, block)
             except MalformedOutput as exc:
                 self.record("strong", "verify", exc, start, span)
                 return Verdict(0, f"malformed verdict: {exc}")

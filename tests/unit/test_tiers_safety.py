@@ -228,3 +228,34 @@ async def test_every_weak_critical_call_that_ran_was_accepted_by_a_verdict_and_c
     assert parts.tools.violations == []
     ran = [s for s in traj.steps if s.author == "weak" and s.action.call is REFUND.call]
     assert len(ran) == parts.tools.weak_runs
+
+
+class TwoLooks(ScriptedVerifier):
+    """A verifier with a critical second look of its own (a ``CriticalJudge``)."""
+
+    def __init__(self, verdicts, critical):
+        super().__init__(verdicts)
+        self.critical = ScriptedVerifier(critical)
+
+    def for_critical(self):
+        return self.critical
+
+
+async def test_the_second_verdict_is_the_verifiers_critical_look_where_it_has_one():
+    from specagent_ray.protocol.interfaces import CriticalJudge
+
+    parts, cfg = make(weak=[REFUND, STOP], strong=[STOP], critical=CriticalCheck("verdicts"))
+    parts.verifier = TwoLooks([Verdict(1)], [Verdict(0, "the amount is 40, not 50")])
+    assert isinstance(parts.verifier, CriticalJudge)
+    await run(parts, cfg)
+    assert executed(parts, "refund") == [] and len(parts.verifier.critical.calls) == 1
+    assert len(parts.verifier.calls) == 1  # the first verdict; the second was the critical look
+
+
+def test_an_llm_verifiers_critical_look_asks_for_the_call_to_be_checked_argument_by_argument():
+    from specagent_ray.models.prompts import verify_instruction
+    from specagent_ray.protocol.types import Step
+
+    block = [Step(REFUND, None, "weak", Effect.WRITE)]
+    assert "argument" in verify_instruction(block, "critical") and "irreversible" in verify_instruction(block, "critical")
+    assert "irreversible" not in verify_instruction(block, "semantic")

@@ -120,6 +120,10 @@ class RemoteVerifier(_Remote):
     def by_exact_match(self) -> RemoteVerifier:
         return RemoteVerifier(self.session, self.what, self.tries, self.timeout_s, self._judge, "exact")
 
+    def for_critical(self) -> RemoteVerifier:
+        """The engine's critical second look (``CriticalJudge``): criterion ``critical``."""
+        return RemoteVerifier(self.session, self.what, self.tries, self.timeout_s, self._judge, "critical")
+
 
 class SimEngineClient:
     """Simulated drafter, verifier and (with ``mid_replicas``) mid replicas (Serve deployments or
@@ -244,7 +248,7 @@ class OpenAIEngineClient:
         prompt, _, kw = self._prompt(session, catalog, parallel)
         prompt = prompt.model_copy(update={"confidence": True})
         judge = LLMVerifier(self.mid_backend, prompt, catalog.schemas, trail=PromptTrail(), **kw)
-        judges = {"semantic": judge, "exact": judge.by_exact_match()}
+        judges = {"semantic": judge, "exact": judge.by_exact_match(), "critical": judge.for_critical()}
         c, p, sid, batch = self.coord, self.priority, session.id, self.mid_batch
         send = (lambda n: n) if self.cfg.mid.send_priority else (lambda n: None)
         return RemoteVerifier(session, "mid verifier", c.verify_attempts, c.verify_timeout_s, lambda h, b, crit: p.run(
@@ -262,7 +266,8 @@ class OpenAIEngineClient:
         weak_n = (lambda n: n) if self.cfg.drafter.send_priority else (lambda n: None)
         send = (lambda n: n) if self.cfg.verifier.send_priority else (lambda n: None)
         sent = self.ahead.sent if self.ahead else (lambda sid, steps: None)
-        judges = {"semantic": verifier_llm, "exact": verifier_llm.by_exact_match()}
+        judges = {"semantic": verifier_llm, "exact": verifier_llm.by_exact_match(),
+                  "critical": verifier_llm.for_critical()}
 
         def draft(h: History, d: Sequence[Step], f: str | None) -> Awaitable[Proposal]:
             if self.ahead and not d and f is None:  # a block starts: the verifier computes H meanwhile

@@ -126,3 +126,15 @@ def test_the_profile_sets_the_critical_check_strictly():
     for bad in ({"mode": "vibes"}, {"k": 1}, {"mode": "agree", "retries": 2}):
         with pytest.raises(ValidationError):
             AppConfig(critical=bad)
+
+
+def test_a_remote_verifiers_critical_look_asks_its_engine_with_the_critical_criterion():
+    from specagent_ray.serve.engines.engine_client import RemoteVerifier
+
+    asked = []
+
+    async def judge(h, b, crit):
+        asked.append(crit)
+
+    v = RemoteVerifier(_session(), "verifier", 1, 1.0, judge)  # type: ignore[arg-type]
+    assert v.for_critical().criterion == "critical" and v.by_exact_match().criterion == "exact"
