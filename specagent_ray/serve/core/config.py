@@ -157,12 +157,16 @@ class TieredSource(Strict):
 
 
 class Tau2Source(TieredSource):
-    """tau2-bench's own environments, one private DB per session, hosted by the tool host. Tiers: the
-    domain's table (tools/tau2.py), then ``overrides`` and ``tier_rules``, checked against the domain's
-    tools when tau2 is installed."""
+    """tau2-bench's own environments, one private DB per session, hosted by the tool host. Tiers: with
+    ``domain_tiers``, the domain's table (tools/tau2.py: its money-moving and service-ending tools are
+    critical), else tau2's read/write tags; then ``overrides`` and ``tier_rules``, checked against the
+    domain's tools when tau2 is installed."""
 
     kind: Literal["tau2"] = "tau2"
     domain: Literal["airline", "retail", "telecom"]
+    domain_tiers: bool = Field(False, description="the domain's critical tools get the critical second check. "
+                               "Off by default: on the simulated benchmark it costs +30-60 % strong HBM on "
+                               "airline and retail for no fewer wrong critical writes (docs/benchmarks.md)")
 
     @model_validator(mode="after")
     def _known_tools(self) -> Tau2Source:

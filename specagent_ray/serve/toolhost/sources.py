@@ -194,7 +194,8 @@ class ToolSources:
         if cached is None or isinstance(source, McpSource):
             if isinstance(source, Tau2Source):
                 d = await self.domain(source.domain)
-                cached = Catalog.tiered(d.tool_schemas, source.tier_table(d.tiers(), req.tool_source), d.policy)
+                base = d.tiers() if source.domain_tiers else TierTable({n: Tier.of(d.effect(n)) for n in d.tool_schemas})
+                cached = Catalog.tiered(d.tool_schemas, source.tier_table(base, req.tool_source), d.policy)
             else:
                 assert isinstance(source, McpSource)
                 cached = await self._mcp_catalog(req, source, cached)

@@ -33,13 +33,17 @@ async def catalog(s: ToolSources, name: str, **req):
                            s.cfg.tool_sources[name])
 
 
-async def test_a_tau2_source_serves_its_domain_tiers_and_the_operators_overrides():
-    s = sources({"airline": {"kind": "tau2", "domain": "airline"},
-                 "calm": {"kind": "tau2", "domain": "airline", "overrides": {"cancel_reservation": "write"},
+async def test_a_tau2_source_serves_its_domain_tiers_when_asked_and_the_operators_overrides():
+    s = sources({"airline": {"kind": "tau2", "domain": "airline", "domain_tiers": True},
+                 "plain": {"kind": "tau2", "domain": "airline"},
+                 "calm": {"kind": "tau2", "domain": "airline", "domain_tiers": True,
+                          "overrides": {"cancel_reservation": "write"},
                           "tier_rules": [{"tool": "update_reservation_passengers", "tier": "critical"}]}})
     air = await catalog(s, "airline", task_id="0")
     assert air.tier(ToolCall("cancel_reservation", {"reservation_id": "X"})) is Tier.CRITICAL
     assert air.tier(ToolCall("get_user_details", {"user_id": "u"})) is Tier.READ
+    plain = await catalog(s, "plain", task_id="0")  # today's: tau2's read/write tags only
+    assert plain.tier(ToolCall("cancel_reservation", {"reservation_id": "X"})) is Tier.WRITE
     calm = await catalog(s, "calm", task_id="0")
     assert calm.tier(ToolCall("cancel_reservation", {"reservation_id": "X"})) is Tier.WRITE
     assert calm.tier(ToolCall("update_reservation_passengers", {})) is Tier.CRITICAL
