@@ -71,7 +71,8 @@ class Coordinator:
         self.metrics = Metrics()
         self.commits = GroupCommit(self.log, c.ack_timeout_s, clock)
         self.on_event: Callable[[Session, ProtocolEvent], None] = lambda s, event: None  # Algorithm 1's events
-        self.runner = SessionRunner(cfg, engines, tool_host, self.log, self.env, clock, lambda: len(self.admission))
+        self.runner = SessionRunner(cfg, engines, tool_host, self.log, self.env, clock, lambda: len(self.admission),
+                                    self.commits.stored)
         self.conversations = Conversations(shard, self.log.append, self.commits.stored, self._serving, wall)
         self.create_conversation, self.conversation = self.conversations.create, self.conversations.call  # its API
         self.events_many = partial(events_many, self)  # the events of every stream a gateway follows, in one call

@@ -161,8 +161,12 @@ class SessionRunner:
     client, its user) and runs the session's method from its committed history to the end."""
 
     def __init__(self, cfg: AppConfig, engines: EngineClient, tool_host: ToolHostClient, log: SessionLog,
-                 env: Mapping[str, str], clock: Callable[[], float], running: Callable[[], int] = lambda: 0):
+                 env: Mapping[str, str], clock: Callable[[], float], running: Callable[[], int] = lambda: 0,
+                 durable: Callable[[], Awaitable[None]] | None = None):
         self.cfg, self.engines, self.tool_host, self.log, self.env, self.clock = cfg, engines, tool_host, log, env, clock
+        # what a write's intent waits on: the coordinator's group commit, which retries a store error (a lease
+        # unconfirmed for a moment) until its ack timeout, so a starved renewal delays a write, never fails it
+        self.durable = durable or log.durable
         reps = replicas(cfg.speculation, cfg.engines)
         self.block_sizes = BlockSizes(cfg.speculation, cfg.hardware, cfg.defaults.k,
                                       engine_load(engines.priority, running, cfg.coordinators, reps), reps)
@@ -184,7 +188,7 @@ class SessionRunner:
                 return await self.tool_host.execute(name, s.id, call, key, epoch, s.request.task_id)
             except Exception as exc:  # noqa: BLE001 - the tool host's own error, without Ray's traceback
                 raise unwrap(exc) from None
-        tools = SessionTools(s, catalog, run, self.log.durable)
+        tools = SessionTools(s, catalog, run, self.durable)
         user = user_for(s, self.cfg.engines, self.env, self._user_side(s))
         return Parts(weak, strong, verifier, tools, user, s.ledger, clock=self.clock, journal=s,
                      block_size=self.block_sizes.for_session(), mid=self.mid(s, catalog))

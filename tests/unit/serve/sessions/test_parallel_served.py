@@ -215,3 +215,38 @@ async def test_two_writes_of_one_action_that_need_approval_ask_one_at_a_time_and
                          None, 8) == turn
     await asyncio.wait_for(runner, 5)
     assert sorted(c.arguments["q"] for c in ran) == ["a", "b"]
+
+
+class ShakyLog(SlowLog):
+    """A session log whose lease is unconfirmed for its first few flushes (a starved renewal thread)."""
+
+    def __init__(self, failures: int):
+        self.failures = failures
+
+    async def durable(self) -> None:
+        from specagent_ray.serve.log.lease import LeaseUnconfirmed
+
+        if self.failures > 0:
+            self.failures -= 1
+            raise LeaseUnconfirmed("session log lease (epoch 1) not confirmed within 5.0 s")
+        await asyncio.sleep(0)
+
+
+async def test_a_lease_unconfirmed_for_a_moment_delays_a_write_and_never_becomes_its_result(tmp_path):
+    """The coordinator's tools wait for the log through the group commit, which retries a store error until
+    its ack timeout: the write runs once the intent is stored, and the agent never sees the lease's error."""
+    coord = sim_coordinator(tmp_path / "log", AppConfig(engines=SimEngines(latency=FAST),
+                                                        tool_sources={"airline": {"kind": "tau2", "domain": "airline"}}))
+    assert coord.runner.durable == coord.commits.stored  # the tools' wait is the retrying one
+    commits = GroupCommit(ShakyLog(failures=3), 5.0, time.perf_counter)  # type: ignore[arg-type]
+    s = Session("s1", CreateSession(tool_source="app", user="client", message="hi"), Task("0", "hi"),
+                log=lambda sid, rec, data: None)
+    ran = []
+
+    async def run(call, key):
+        ran.append(key)
+        from specagent_ray.protocol.types import Observation
+        return Observation("booked")
+
+    obs = await SessionTools(s, WRITES, run, commits.stored).execute(W1)
+    assert obs.content == "booked" and not obs.error and len(ran) == 1
