@@ -64,3 +64,16 @@ class ScriptedUser:
         self.heard.append(text)
         answer = self.replies.pop(0) if self.replies else "ok"
         return Observation(answer, user_stop="###STOP###" in answer)
+
+
+class RecordingJournal:
+    """A protocol ``Journal`` that keeps every event in order (a referee reads them as the run goes)."""
+
+    def __init__(self):
+        self.events: list = []
+
+    def event(self, event) -> None:
+        self.events.append(event)
+
+    def committed(self, steps) -> None:
+        return None

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specagent_ray.costs.ledger import Ledger
-from specagent_ray.models.scripted import ScriptedPolicy, ScriptedUser, ScriptedVerifier
+from specagent_ray.models.scripted import RecordingJournal, ScriptedPolicy, ScriptedUser, ScriptedVerifier
 from specagent_ray.protocol import METHODS, Action, Effect, MalformedOutput, Parts, SpecConfig, Task, Tier, Verdict
 from specagent_ray.protocol.interfaces import EngineUnavailable
 from specagent_ray.protocol.review import ChainRule
@@ -114,17 +114,6 @@ MID = st.one_of(
 STRONG_VERDICT = st.builds(Verdict, st.integers(0, 2), st.just("s"))
 
 
-class Journal:
-    def __init__(self):
-        self.events = []
-
-    def event(self, event):
-        self.events.append(event)
-
-    def committed(self, steps):
-        return None
-
-
 class Referee(Tiered):
     """As each weak write runs (told apart from the mid's repairs by object identity), judged from what the
     verifiers said: the block was settled by the mid only within its remit (a plain write with WRITE in
@@ -167,7 +156,7 @@ async def test_the_mid_never_settles_outside_its_remit(mid, verdicts, settles, b
     weak = [Action.tool("lookup", id="a"), Action.tool("note", id="a", text="x"),
             Action.tool("refund", id="a", amount=50), Action.tool("note", id="a", text="y"), STOP]  # own objects
     parts, cfg = make(weak=weak, mid=mid, strong=[STOP] * 6, max_steps=10, chain=ChainRule(frozenset(settles), below))
-    journal = Journal()
+    journal = RecordingJournal()
     parts.journal, parts.verifier = journal, Recording(verdicts)
     parts.tools = Referee(parts.tools.specs, journal, [a.call for a in weak if a.call], parts.verifier, settles)
     traj = await run(parts, cfg)

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specagent_ray.costs.ledger import Ledger
-from specagent_ray.models.scripted import ScriptedPolicy, ScriptedUser, ScriptedVerifier
+from specagent_ray.models.scripted import RecordingJournal, ScriptedPolicy, ScriptedUser, ScriptedVerifier
 from specagent_ray.protocol import METHODS, Action, Effect, MalformedOutput, Parts, SpecConfig, Task, Tier, Verdict
 from specagent_ray.protocol.interfaces import EngineUnavailable, TieredTools
 from specagent_ray.protocol.review import CriticalCheck
@@ -158,17 +158,6 @@ ANSWER = st.one_of(st.sampled_from([Action.tool("refund", id="a", amount=50), Ac
                                     STOP, Action.tool("lookup", id="a")]), st.just(MalformedOutput("x")))
 
 
-class Journal:
-    def __init__(self):
-        self.events = []
-
-    def event(self, event):
-        self.events.append(event)
-
-    def committed(self, steps):
-        return None
-
-
 class Answers:
     """Wraps a scripted policy or verifier and keeps what it answered, in order."""
 
@@ -220,7 +209,7 @@ async def test_every_weak_critical_call_that_ran_was_accepted_by_a_verdict_and_c
     confirmed by the second check of the same review."""
     parts, cfg = make(weak=[LOOKUP, REFUND, REFUND, STOP], strong=answers, verdicts=verdicts,
                       critical=CriticalCheck(mode), max_steps=8)
-    journal = Journal()
+    journal = RecordingJournal()
     parts.journal, parts.strong, parts.verifier = journal, Answers(parts.strong), Answers(parts.verifier)
     parts.tools = Referee(parts.tools.specs, parts.tools.tiers, journal, REFUND.call, parts.strong, parts.verifier,
                           mode)
@@ -257,5 +246,6 @@ def test_an_llm_verifiers_critical_look_asks_for_the_call_to_be_checked_argument
     from specagent_ray.protocol.types import Step
 
     block = [Step(REFUND, None, "weak", Effect.WRITE)]
-    assert "argument" in verify_instruction(block, "critical") and "irreversible" in verify_instruction(block, "critical")
+    critical = verify_instruction(block, "critical")
+    assert "argument" in critical and "irreversible" in critical
     assert "irreversible" not in verify_instruction(block, "semantic")
