@@ -89,6 +89,30 @@ class SourceUse(Body):
     approval: Approval | None = None
 
 
+class Sampling(Body):
+    """How the engines sample the agent's own text (drafts, repairs, final messages); verdicts stay greedy.
+    Unset fields keep the profile's (greedy) defaults."""
+
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_output_tokens: int | None = Field(None, ge=16, le=1_000_000, description="the most tokens an engine "
+                                          "writes for one of the agent's outputs (a drafted step, a repair, "
+                                          "the final message)")
+
+    _integers = field_validator("max_output_tokens", mode="before")(json_integer)
+
+
+class OutputFormat(Body):
+    """The form of the agent's final message: a JSON object, one that ``schema`` accepts for ``json_schema``."""
+
+    type: Literal["json_schema", "json_object"]
+    name: str | None = Field(None, max_length=64)
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: StrictBool | None = None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
 class CreateSession(Body):
     """A new agent session. ``tool_source`` names a source configured on the server; the client can
     never make the server start a command or reach a URL of its choosing."""
@@ -96,7 +120,7 @@ class CreateSession(Body):
     tool_source: str = Field(min_length=1, max_length=64)
     task_id: str | None = Field(None, max_length=256, description="a tau2 task id (tau2 sources; telecom's run "
                                 "to 215 characters)")
-    message: str | None = Field(None, max_length=100_000, description="the user's opening message")
+    message: str | None = Field(None, max_length=1_000_000, description="the user's opening message")
     user: UserKind = Field("client", description="client: the client posts user messages; simulated: the "
                            "scripted tau2 customer (sim engines); tau2: tau2's own LLM user simulator")
     method: str | None = Field(None, description=f"one of {', '.join(METHODS)}; the profile's default if omitted",
@@ -115,7 +139,9 @@ class CreateSession(Body):
     approval: Approval | None = Field(None, description="writes that also wait for the client's approval")
     more_sources: list[SourceUse] = Field(default_factory=list, max_length=8, description="MCP tool sources the "
                                           "session also uses; a tool name may be in one source only")
-    context: str | None = Field(None, max_length=400_000, description="the conversation before this session, as "
+    sampling: Sampling | None = Field(None, description="the agent's sampling; None: greedy")
+    output_format: OutputFormat | None = Field(None, description="the final message's form; None: text")
+    context: str | None = Field(None, max_length=8_000_000, description="the conversation before this session, as "
                                 "a transcript the models read after the instructions (a replayed history: "
                                 "context only, nothing in it is run)")
 
@@ -130,13 +156,13 @@ class CreateSession(Body):
 
 
 class UserMessage(Body):
-    text: str = Field(min_length=1, max_length=100_000)
+    text: str = Field(min_length=1, max_length=1_000_000)
     stop: StrictBool = Field(False, description="the user ends the conversation with this message")
 
 
 class ToolResult(Body):
     call_id: str = Field(min_length=1, max_length=200)
-    content: str = Field(max_length=100_000)
+    content: str = Field(max_length=1_000_000)
     error: StrictBool = False
 
 

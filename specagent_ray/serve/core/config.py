@@ -70,7 +70,16 @@ class GatewayConfig(Strict):
     operator_keys_env: str = Field("SPECAGENT_OPERATOR_KEYS", description="keys (comma-separated) that may also "
                                    "read /v1/stats, the cluster-wide view; the dev key is one")
     dev_api_key: str | None = None
-    max_body_bytes: int = Field(65536, ge=1024)
+    max_body_bytes: int | None = Field(None, ge=1024, description="the body cap of the routes that carry a "
+                                       "conversation (/v1/responses, the conversation routes); None: derived "
+                                       "from the verifier's context window (engines.verifier.context_tokens x "
+                                       "body_bytes_per_token), never under body_floor_bytes")
+    body_floor_bytes: int = Field(4 << 20, ge=1024, description="the least derived body cap: many times a coding "
+                                  "agent's first request (about 41 KB), for profiles whose models state no window")
+    body_bytes_per_token: int = Field(16, ge=1, le=1024, description="bytes of request body per token of context "
+                                      "that the derived cap allows: JSON, escapes and tool schemas, with margin")
+    small_body_bytes: int = Field(65536, ge=1024, description="the body cap of every other route (the sessions "
+                                  "API, approvals, tool results): they carry no conversation")
     events_wait_s: float = Field(15.0, gt=0, description="SSE long-poll slice")
     events_poll_s: float = Field(0.05, ge=0, le=5, description="the least time between two polls of a coordinator "
                                  "shard for the events of every stream a gateway replica serves (one call for "
@@ -85,10 +94,16 @@ class GatewayConfig(Strict):
     burst: int = Field(100, ge=1, description="per-tenant token bucket size: requests a tenant may send at once")
     model_aliases: dict[str, str] = Field(default_factory=dict, description="Responses API model names and the "
                                           "method each runs, e.g. {my-agent: specagent}")
-    unhosted_tools: Literal["refuse", "drop"] = Field("refuse", description="a Responses API tool whose type this "
+    unhosted_tools: Literal["refuse", "drop"] = Field("drop", description="a Responses API tool whose type this "
                                                       "server does not host (web_search, file_search, ...): "
-                                                      "refuse: 400 naming it; drop: the agent runs without it, "
-                                                      "and the response's tools show what it had")
+                                                      "drop (the default): the models are not offered it, the "
+                                                      "x-specagent-dropped-tools header names it, and the "
+                                                      "response's tools show what the agent had; refuse: 400 "
+                                                      "naming it")
+    strict_fields: bool = Field(False, description="refuse a request field that this server does not know (400 "
+                                "unknown_parameter, at the top level and inside tools and items); off (the "
+                                "default): it is accepted, ignored, logged once per name and named in the "
+                                "x-specagent-ignored-fields header, as vLLM's OpenAI server does")
 
 
 EffectName = Literal["read", "write"]
@@ -205,6 +220,9 @@ class McpSource(TieredSource):
     kind: Literal["mcp"] = "mcp"
     command: list[str] | None = None
     url: str | None = None
+    url_aliases: list[str] = Field(default_factory=list, max_length=16, description="other URLs by which a "
+                                   "client may name this server in an MCP tool's server_url (exact match only); "
+                                   "its own url always names it")
     trusted: bool = False
 
     @model_validator(mode="after")

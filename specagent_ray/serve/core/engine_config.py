@@ -59,6 +59,9 @@ class Endpoint(Strict):
     url: str = Field(description="base URL ending in /v1")
     model: str
     api_key_env: str | None = Field(None, description="environment variable that holds the API key")
+    context_tokens: int | None = Field(None, ge=256, description="the model's context window in tokens (vLLM's "
+                                       "max_model_len): the verifier's sets the body cap of the conversation "
+                                       "routes (gateway.max_body_bytes); None: unknown")
     send_priority: bool = Field(False, description="send each request's priority (serve/engines/priority.py); the "
                                 "engine must run vLLM with scheduling_policy: priority, or it refuses every "
                                 "request")

@@ -105,16 +105,20 @@ def documented(*statuses: int, body_schema: str = "ErrorDetail") -> dict[int | s
 RESPONSES = ("/v1/responses", "/v1/conversations")  # OpenAI's APIs here: their errors are in OpenAI's shape
 OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 429: "rate_limit_error"}
+CODES = {400: "invalid_request", 401: "invalid_api_key", 403: "permission_denied", 404: "not_found",
+         409: "conflict", 413: "request_too_large", 422: "invalid_request", 429: "rate_limit_exceeded",
+         500: "server_error", 503: "service_unavailable"}  # an error's code where it names none more precise
 
 
 def error_body(path: str, status: int, message: str, param: str | None = None,
                code: str | None = None) -> dict[str, Any]:
     """An error's body: ``{"detail": ...}`` on the sessions API, OpenAI's ``{"error": {...}}`` on the
-    Responses API's routes, whose clients (the OpenAI SDK) read the message from there."""
+    Responses API's routes, whose clients (the OpenAI SDK) read the message from there; its ``code`` is
+    always a string (the status's own where the error names none)."""
     if not path.startswith(RESPONSES):
         return {"detail": message}
     return {"error": {"message": message, "type": OPENAI_TYPES.get(status, "server_error"), "param": param,
-                      "code": code}}
+                      "code": code or CODES.get(status, "server_error")}}
 
 
 OPENAI_ERROR = {"title": "OpenAIError", "type": "object", "required": ["error"], "description": "An error on the "

@@ -122,7 +122,7 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
     docs = {} if cfg.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="specagent-ray", version="0.1.0",
                   description="Agent sessions served with trajectory-level speculation (SpecAgent).", **docs)
-    app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=cfg.max_body_bytes or cfg.small_body_bytes)
     _publish(app, cfg, offer)
 
     bucket = TokenBucket(cfg.rate_per_s, cfg.burst)
@@ -335,7 +335,7 @@ def _publish(app: FastAPI, cfg: GatewayConfig, offer: Offer | None) -> None:
             if offer is not None:
                 schemas["CreateSession"] = offer.create_schema(schemas["CreateSession"])
             for name in ("CreateSession", "ClientTool", "UserMessage", "ToolResult"):
-                fit_strings(schemas[name], cfg.max_body_bytes)
+                fit_strings(schemas[name], cfg.max_body_bytes or cfg.small_body_bytes)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

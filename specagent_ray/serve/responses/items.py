@@ -51,8 +51,11 @@ def _until_next(onward: Records) -> tuple[Records, bool]:
 
 def status_of(turn: Records, latest: bool) -> str:
     """completed once the agent's turn ended (its message, a function call, an approval request); a
-    session that ended first gives its own status (failed, cancelled, incomplete)."""
+    session that ended first gives its own status (failed, cancelled, incomplete; a session that ran out of
+    ``max_steps`` before the agent ended its turn is incomplete)."""
     end = next((r for r in turn if r["t"] in ENDS), None)  # the first end decides: a later cancel changes nothing
+    if end is not None and end["t"] == "final" and end.get("termination") == "max_steps" and end["status"] == "done":
+        return "incomplete"  # the agent ran out of steps before it ended its turn: not a completed answer
     if end is not None:
         return FINAL_STATUS[end["status"]] if end["t"] == "final" else "completed"
     return "in_progress" if latest else "completed"
@@ -204,18 +207,26 @@ def response(created: dict[str, Any], onward: Records, sid: str, n: int, labels:
     status = status_of(turn, latest)
     final = next((r for r in turn if r["t"] == "final"), None)
     error = {"code": "server_error", "message": final.get("error") or "failed"} if status == "failed" else None
-    incomplete = {"reason": (final or {}).get("error") or "incomplete"} if status == "incomplete" else None
+    incomplete = {"reason": _incomplete_reason(final)} if status == "incomplete" else None
     created_at = meta.get("created_at", 0)
     stamps = [r["at"] for r in turn if r.get("at")]
     done = None if status == "in_progress" else max([created_at, *stamps])
     echo = {**ECHO, **meta.get("echo", {})}
+    # what the request named (a handoff or a fork starts a new session, yet names the response it continued)
+    previous = echo.pop("previous_response_id", response_id(sid, n - 1) if n else None)
     return {"id": response_id(sid, n), "object": "response", "created_at": created_at, "completed_at": done,
             "status": status, "incomplete_details": incomplete, "model": meta.get("model", ""),
-            "previous_response_id": response_id(sid, n - 1) if n else None,
+            "previous_response_id": previous,
             "instructions": created["request"].get("instructions"), "output": output_items(turn, sid, labels),
             "error": error, **echo, "tools": meta.get("tools", []), "usage": usage(turn),
             "store": meta.get("store", True), "background": meta.get("background", False),
             "metadata": meta.get("metadata", {})}
+
+
+def _incomplete_reason(final: dict[str, Any] | None) -> str:
+    """Why a response is incomplete: the step limit, or the session's own error (a timeout)."""
+    final = final or {}
+    return "max_steps" if final.get("termination") == "max_steps" else final.get("error") or "incomplete"
 
 
 def hidden(records: Records, n: int) -> bool:

@@ -29,7 +29,7 @@ def take_turn(s: Session, post: TurnPost, key: str | None, inbox_limit: int) -> 
             raise NotFound(f"no pending function call {item.call_id!r} in this conversation")
         if isinstance(item, ApprovalPost) and item.approval_request_id not in s.approvals.items:
             raise NotFound(f"no approval request {item.approval_request_id!r} in this conversation")
-    n = s.turns.begin(post, key)
+    n = s.turns.begin(post, key, s.approvals)
     s.turns.starts[n] = s.recorded
     s.record(Turn(n=n, meta=post.meta, idempotency_key=key))
     for item in post.inputs:

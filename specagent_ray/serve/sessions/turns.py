@@ -7,8 +7,10 @@ at its ``turn`` record, followed by its inputs (user messages, client tool resul
 Guarantees:
 - a turn continues only the latest one (409 otherwise), and takes only inputs the session waits for:
   a pending client tool call's result, an answer to an open approval request (404 otherwise);
-- a turn that gives client tool results gives one for every call the agent waits on (400 otherwise): the
-  calls of a parallel action go out together, and the agent goes on only once it has all their results;
+- a turn gives a result for every client call the agent waits on and an answer to every approval request
+  it waits on (400 ``missing_function_call_output`` / ``missing_approval_response`` otherwise, at once):
+  the calls of a parallel action go out together, the agent goes on only once it has all their results,
+  and a turn never waits on an input that no later turn could bring;
 - inputs that were already taken (the same tool result or approval posted again, or a turn repeated
   with its Idempotency-Key) answer with the turn that took them and record nothing: a write runs once;
 - an approval request is asked once per verified write; a restart that re-proposes the same write finds
@@ -93,6 +95,11 @@ class Approvals:
             a.answered.set_result(None)
         return ApprovalAnswer(id=a.id, approve=post.approve, reason=post.reason)
 
+    def waiting(self) -> list[ApprovalState]:
+        """The requests the agent waits on now: unanswered, with the agent blocked on the answer."""
+        return [a for a in self.items.values() if a.approve is None and a.answered is not None
+                and not a.answered.done()]
+
     def consumed(self) -> None:
         """A step was committed: every answered request has had its effect."""
         for a in self.items.values():
@@ -130,20 +137,32 @@ class Turns:
             return taken.pop()
         return None
 
-    def begin(self, post: TurnPost, key: str | None) -> int:
+    def begin(self, post: TurnPost, key: str | None, approvals: Approvals | None = None) -> int:
         if post.previous != self.count - 1:
             raise Conflict(f"turn {post.previous} is not this conversation's latest (turn {self.count - 1}); "
                            "continue from the latest", "previous_response_id", "not_latest")
-        answered = {item.call_id for item in post.inputs if isinstance(item, ToolResult)}
-        missing = [call_id for call_id in self.waiting if call_id not in answered]
-        if answered and missing:
-            raise BadRequest(f"no output for function call{'s' if len(missing) > 1 else ''} {', '.join(missing)}: "
-                             "send the output of every function call of the response together", "input",
-                             "missing_function_call_output")
+        self._answers_all(post, approvals)
         n, self.count, self.ended = self.count, self.count + 1, False
         if key is not None:
             self.keys[key] = n
         return n
+
+    def _answers_all(self, post: TurnPost, approvals: Approvals | None) -> None:
+        """400 unless ``post`` answers everything the agent waits on: the output of every pending client
+        call, and every open approval request. A turn that left one unanswered would wait for an input
+        that no later turn can bring (the next turn is refused while this one runs)."""
+        answered = {item.call_id for item in post.inputs if isinstance(item, ToolResult)}
+        missing = [call_id for call_id in self.waiting if call_id not in answered]
+        if missing:
+            raise BadRequest(f"no output for function call{'s' if len(missing) > 1 else ''} {', '.join(missing)}: "
+                             "send the output of every function call of the response together, before any new "
+                             "message", "input", "missing_function_call_output")
+        given = {item.approval_request_id for item in post.inputs if isinstance(item, ApprovalPost)}
+        open_ = [a.id for a in (approvals.waiting() if approvals else ()) if a.id not in given]
+        if open_:
+            raise BadRequest(f"no answer to approval request{'s' if len(open_) > 1 else ''} {', '.join(open_)}: "
+                             "send an mcp_approval_response (approve or deny) for it first", "input",
+                             "missing_approval_response")
 
     def took_input(self, item: UserMessage | ToolResult | ApprovalPost, n: int) -> None:
         ident = identity(item)
