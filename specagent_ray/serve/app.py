@@ -286,12 +286,15 @@ def _gateway_class(cfg: dict[str, Any]):
     and the OpenAPI schema; the coordinator handle and the API keys arrive in the replica."""
     from .core.api import Offer
     from .core.tenants import TenantRules
+    from .gateway.limits import body_caps
+    from .gateway.models_route import ModelTerms
     from .gateway.routes import gateway_keys, make_api, serve_with, served_call, served_keys, served_operators
     from .responses.translate import Terms
 
     config = AppConfig.model_validate(cfg)
     api = make_api(served_call, config.gateway, served_keys, served_operators, offer=Offer.of(config),
-                   terms=Terms.of(config), rates=TenantRules(config.tenants).rate)
+                   terms=Terms.of(config), rates=TenantRules(config.tenants).rate, caps=body_caps(config),
+                   models=ModelTerms.of(config))
 
     @serve.deployment(name="Gateway", max_ongoing_requests=BUSY, ray_actor_options=REPLICA)
     @serve.ingress(api)

@@ -62,6 +62,8 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
     from ..serve.engines.engine_client import SimEngineClient
     from ..serve.engines.priority import ProgramPriority
     from ..serve.engines.sim_engine import SimEngine
+    from ..serve.gateway.limits import body_caps
+    from ..serve.gateway.models_route import ModelTerms
     from ..serve.gateway.routes import make_api
     from ..serve.responses.translate import Terms
     from ..serve.sessions.coordinator import Coordinator
@@ -91,7 +93,8 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
     owners = key_owners(cfg.tenants, env or {}, frozenset(keys), frozenset(operators or ()))
     api: Any = make_api(call, cfg.gateway, lambda: owners,
                         None if operators is None else (lambda: frozenset(operators)),
-                        offer=Offer.of(cfg, tau2_task_ids(cfg)), terms=Terms.of(cfg), rates=TenantRules(cfg.tenants).rate)
+                        offer=Offer.of(cfg, tau2_task_ids(cfg)), terms=Terms.of(cfg), rates=TenantRules(cfg.tenants).rate,
+                        caps=body_caps(cfg), models=ModelTerms.of(cfg))
     if fail_after is not None:
         api = FailAfter(api, fail_after)
     return api

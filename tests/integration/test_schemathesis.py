@@ -5,7 +5,7 @@ It passes only if every answer is one the OpenAPI schema documents (status, body
 type), every body the schema allows is taken and every body it does not allow is refused, and a 405
 names exactly the path's methods in ``Allow``.
 
-The gateway answers a body over ``max_body_bytes`` with 413 before parsing it, and no schema can bound a
+The gateway answers a body over its route's cap (``gateway/limits.py``) with 413 before parsing it; no schema can bound a
 body's bytes (``maxLength`` counts characters; JSON can escape one into six bytes), so 413 counts as a
 refusal of any body, valid or not (``CONFIG``: Schemathesis's default statuses, and 413).
 

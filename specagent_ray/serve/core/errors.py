@@ -80,7 +80,8 @@ WHEN = {
          "pending tool call",
     409: "the session takes no more input (finished, or not a client-user session), an Idempotency-Key "
          "reused for a different request, or a tool source that is unavailable now",
-    413: "the request body is over the server's max_body_bytes",
+    413: "the request body is over this route's cap (gateway.max_body_bytes, derived from the verifier's "
+         "context window, for the conversation routes; gateway.small_body_bytes for the others)",
     429: "over this key's request rate, or over an admission limit (sessions, queued engine requests, a "
          "session's unanswered messages); retry after Retry-After seconds",
     500: "the server failed unexpectedly (logged on the server; the body never carries a trace)",
@@ -102,7 +103,7 @@ def documented(*statuses: int, body_schema: str = "ErrorDetail") -> dict[int | s
                      **({"headers": HEADERS[status]} if status in HEADERS else {})} for status in sorted(statuses)}
 
 
-RESPONSES = ("/v1/responses", "/v1/conversations")  # OpenAI's APIs here: their errors are in OpenAI's shape
+RESPONSES = ("/v1/responses", "/v1/conversations", "/v1/models")  # OpenAI's APIs here: errors in OpenAI's shape
 OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 429: "rate_limit_error"}
 CODES = {400: "invalid_request", 401: "invalid_api_key", 403: "permission_denied", 404: "not_found",

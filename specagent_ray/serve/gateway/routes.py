@@ -3,8 +3,9 @@
 Every route but ``/healthz`` needs an API key (``Authorization: Bearer <key>`` or ``X-API-Key``);
 without a valid one the answer is 401. A key is a tenant: its sessions are its own (another key gets
 404 for them), and its requests share a token bucket (429 with Retry-After past ``rate_per_s``). Bodies
-are validated by the pydantic models in ``api.py`` (422 names the field), bodies over ``max_body_bytes``
-get 413, coordinator refusals map to their own status (400, 403, 404, 409, 429 with Retry-After).
+are validated by the pydantic models in ``api.py`` (422 names the field), a body over its route's cap gets
+413 (``limits.BodyCaps``), coordinator refusals map to their own status (400, 403, 404, 409, 429 with
+Retry-After). ``GET /v1/models`` lists the model names a key may send (``models_route.py``).
 
 The OpenAPI schema documents every status a route answers (``errors.WHEN``) with its body and headers,
 this server's own create terms (``api.Offer``), and links from a session's summary to its routes; a
@@ -43,10 +44,10 @@ from ..core.api import (
     SessionTrajectory,
     ToolResult,
     UserMessage,
-    fit_strings,
 )
 from ..core.config import GatewayConfig
 from ..core.errors import (
+    OPENAI_ERROR,
     RESPONSES,
     ApiError,
     Forbidden,
@@ -57,16 +58,19 @@ from ..core.errors import (
     unwrap,
 )
 from ..core.handles import NoReplica, taken
-from ..core.tenants import key_owners
 from ..log.records import SessionEvent
 from ..responses.routes import error_response, mount_responses
 from ..responses.translate import Terms
 from ..sessions.shards import ShardRouter
 from ..sessions.turns import ApprovalPost
+from . import limits
 from .event_hub import EventHub
-from .limits import BodyLimit, TokenBucket
+from .limits import BodyCaps, BodyLimit, TokenBucket, fit_bodies, gateway_caps
+from .models_route import ModelTerms, mount_models
 
 log = logging.getLogger(__name__)
+# A replica's keys (``limits.py``), where app.py and the tests import them from.
+api_keys, gateway_keys, operator_keys = limits.api_keys, limits.gateway_keys, limits.operator_keys
 Call = Callable[..., Awaitable[Any]]  # (coordinator method name, *args) -> result
 
 
@@ -110,20 +114,24 @@ def answers(status: int, *errors: int) -> dict[int | str, dict[str, Any]]:
 
 def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str]],
              operators: Callable[[], frozenset[str]] | None = None, offer: Offer | None = None,
-             terms: Terms | None = None, rates: Callable[[str], tuple[float | None, int | None]] | None = None
-             ) -> FastAPI:
+             terms: Terms | None = None, rates: Callable[[str], tuple[float | None, int | None]] | None = None,
+             caps: BodyCaps | None = None, models: ModelTerms | None = None) -> FastAPI:
     """The FastAPI app over a coordinator reached through ``call``; ``keys()`` is read per request: each valid
     key and the tenant it acts for (``tenants.key_owners``).
     ``rates``: a named tenant's own request rate and burst (``TenantRules.rate``).
     Only ``operators()`` keys read ``/v1/stats`` (cluster-wide counts, shard nodes, and the ids of
     sessions the log could not restore, which may be any tenant's); ``None``: every key may. ``offer``:
     the create terms its schema publishes (sources, users, methods; ``Offer.of(app_config)``); ``terms``:
-    the Responses API's (``Terms.of(app_config)``; without them, no ``/v1/responses`` routes)."""
+    the Responses API's (``Terms.of(app_config)``; without them, no ``/v1/responses`` routes). ``caps``: each
+    route's body cap (``limits.body_caps(app_config)``; None: ``cfg``'s, for a verifier of unknown context
+    window); ``models``: what ``/v1/models`` lists (``ModelTerms.of(app_config)``; None: the offer's methods
+    and ``cfg``'s aliases, for every tenant)."""
     docs = {} if cfg.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="specagent-ray", version="0.1.0",
                   description="Agent sessions served with trajectory-level speculation (SpecAgent).", **docs)
-    app.add_middleware(BodyLimit, limit=cfg.max_body_bytes or cfg.small_body_bytes)
-    _publish(app, cfg, offer)
+    caps = caps or gateway_caps(cfg)
+    app.add_middleware(BodyLimit, caps=caps)
+    _publish(app, offer)
 
     bucket = TokenBucket(cfg.rate_per_s, cfg.burst)
 
@@ -292,8 +300,11 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
                 "estimated, as each figure's source says; tokens as the engines reported them (simulated "
                 "engines: the token model's)"}
 
+    methods = offer.methods if offer else terms.methods if terms else ()
+    mount_models(app, Tenant, models or ModelTerms(methods, dict(cfg.model_aliases)))
     if terms is not None:
         mount_responses(app, coordinator, Tenant, IdempotencyKey, cfg, terms)
+    _fit(app, caps)
     return app
 
 
@@ -319,10 +330,9 @@ def event_schema(record_ref: str) -> dict[str, Any]:
         "retry": {"type": "integer", "minimum": 0}}}
 
 
-def _publish(app: FastAPI, cfg: GatewayConfig, offer: Offer | None) -> None:
-    """Make ``app.openapi()`` FastAPI's schema plus the error body, the event stream's items, this server's
-    create terms, and no string limit beyond the body cap (which counts bytes: a body within every
-    ``maxLength`` can still be too large, 413)."""
+def _publish(app: FastAPI, offer: Offer | None) -> None:
+    """Make ``app.openapi()`` FastAPI's schema plus the error bodies, the event stream's items and this
+    server's create terms."""
     default = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -331,12 +341,23 @@ def _publish(app: FastAPI, cfg: GatewayConfig, offer: Offer | None) -> None:
             stream = spec["paths"]["/v1/sessions/{sid}/events"]["get"]["responses"]["200"]["content"]
             stream["text/event-stream"] = {"itemSchema": event_schema(stream["text/event-stream"]["schema"]["$ref"])}
             schemas = spec["components"]["schemas"]
-            schemas["ErrorDetail"] = ErrorDetail.model_json_schema()
+            schemas["ErrorDetail"], schemas["OpenAIError"] = ErrorDetail.model_json_schema(), OPENAI_ERROR
             if offer is not None:
                 schemas["CreateSession"] = offer.create_schema(schemas["CreateSession"])
-            for name in ("CreateSession", "ClientTool", "UserMessage", "ToolResult"):
-                fit_strings(schemas[name], cfg.max_body_bytes or cfg.small_body_bytes)
         return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _fit(app: FastAPI, caps: BodyCaps) -> None:
+    """Make ``app.openapi()`` bound no string in a route's body beyond that route's cap (which counts
+    bytes: a body within every ``maxLength`` can still be too large, 413). Last, over every route's schema."""
+    default = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        spec = default()
+        fit_bodies(spec, caps)
+        return spec
 
     app.openapi = openapi  # type: ignore[method-assign]
 
@@ -373,31 +394,3 @@ def served_keys() -> Mapping[str, str]:
 
 def served_operators() -> frozenset[str]:
     return _SERVED.get("operators", frozenset())
-
-
-def operator_keys(cfg: GatewayConfig, env: dict[str, str]) -> frozenset[str]:
-    """The keys that may read /v1/stats: ``operator_keys_env``'s, and the dev key of a local profile."""
-    return _listed(env, cfg.operator_keys_env, cfg.dev_api_key)
-
-
-def gateway_keys(app: Any, env: dict[str, str]) -> tuple[dict[str, str], frozenset[str]]:
-    """A gateway replica's keys with the tenant each acts for, and its operator keys, from ``env``
-    (``tenants.key_owners``). ValueError where no client could authenticate: no API key (neither
-    ``api_keys_env`` nor a dev key), or, with named tenants, no tenant with a key."""
-    keys, operators = api_keys(app.gateway, env), operator_keys(app.gateway, env)
-    owners = key_owners(app.tenants, env, keys, operators)
-    if app.tenants and not set(owners.values()) & set(app.tenants):
-        raise ValueError("no tenant has a key: set each tenant's keys_env (comma-separated)")
-    if not app.tenants and not keys:
-        raise ValueError(f"no API keys: set {app.gateway.api_keys_env} (comma-separated) or gateway.dev_api_key")
-    return owners, operators
-
-
-def api_keys(cfg: GatewayConfig, env: dict[str, str]) -> frozenset[str]:
-    return _listed(env, cfg.api_keys_env, cfg.dev_api_key)
-
-
-def _listed(env: dict[str, str], variable: str, dev_key: str | None) -> frozenset[str]:
-    """The comma-separated keys in ``variable``, and the dev key if there is one."""
-    keys = {k.strip() for k in env.get(variable, "").split(",") if k.strip()}
-    return frozenset(keys | {dev_key} if dev_key else keys)
