@@ -51,7 +51,10 @@ class Backend(Protocol):
 
     async def complete(self, messages: Sequence[ChatMessage], json_schema: Mapping[str, Any] | None,
                        max_tokens: int, temperature: float = 0.0, headers: Mapping[str, str] | None = None,
-                       priority: int | None = None) -> Completion: ...
+                       priority: int | None = None, top_p: float | None = None) -> Completion:
+        """One completion. Callers pass ``top_p`` only when they set it, so a backend that never samples
+        with one may leave it out of its signature."""
+        ...
 
 
 def response_format(json_schema: Mapping[str, Any], strict: bool = True) -> dict[str, Any]:
@@ -73,8 +76,8 @@ def usage_of(usage: Any) -> Usage:
 class ChatBackend:
     """An OpenAI-compatible chat endpoint.
 
-    Guarantees: every call sends ``model``, the messages, ``max_tokens`` and ``temperature``, plus
-    ``response_format`` json_schema when a schema is given and the caller's headers (e.g. a W3C
+    Guarantees: every call sends ``model``, the messages, ``max_tokens`` and ``temperature``, ``top_p`` when
+    given (vLLM's and OpenAI's nucleus sampling), plus ``response_format`` json_schema when a schema is given and the caller's headers (e.g. a W3C
     ``traceparent``) on top of ``extra_headers``. It returns a ``Completion`` or raises ``BackendError``;
     it never parses the text. ``strict`` is sent as the schema's strict flag: vLLM enforces the schema
     either way; cloud APIs whose strict mode forbids free-form objects need ``strict=False``.
@@ -97,9 +100,11 @@ class ChatBackend:
 
     async def complete(self, messages: Sequence[ChatMessage], json_schema: Mapping[str, Any] | None,
                        max_tokens: int, temperature: float = 0.0, headers: Mapping[str, str] | None = None,
-                       priority: int | None = None) -> Completion:
+                       priority: int | None = None, top_p: float | None = None) -> Completion:
         request: dict[str, Any] = {"model": self.model, "messages": list(messages), "max_tokens": max_tokens,
                                    "temperature": temperature, "extra_headers": dict(headers or {})}
+        if top_p is not None:
+            request["top_p"] = top_p
         body = self.extra_body if priority is None else {**self.extra_body, "priority": priority}
         request["extra_body"] = body or None
         if json_schema is not None:

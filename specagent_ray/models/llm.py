@@ -59,17 +59,18 @@ class PromptTrail:
 async def ask(backend: Backend, messages: Sequence[ChatMessage], schema: Mapping[str, Any], max_tokens: int,
               temperature: float, headers: HeaderSource | None,
               parse: Callable[[str, str | None], T], priority: PrioritySource | None = None,
-              trail: PromptTrail | None = None) -> tuple[T, Usage]:
+              trail: PromptTrail | None = None, top_p: float | None = None) -> tuple[T, Usage]:
     """Call, parse, and on ``MalformedOutput`` retry exactly once; each call's priority is ``priority()``
     at the time. Returns the value and the summed usage; with a ``trail``, each call's predicted cached
-    tokens are in it."""
+    tokens are in it. ``top_p`` is sent only when set (the engine's default otherwise)."""
     total = Usage()
     reasons: list[str] = []
     prompt = list(messages)
+    nucleus = {"top_p": top_p} if top_p is not None else {}
     for attempt in range(2):
         completion = await backend.complete(prompt, schema, max_tokens, temperature,
                                             dict(headers()) if headers else None,
-                                            priority=priority() if priority else None)
+                                            priority=priority() if priority else None, **nucleus)
         usage = completion.usage
         if trail is not None:
             usage = replace(usage, predicted_cached_tokens=trail.predicted(prompt, usage.prompt_tokens))
@@ -83,18 +84,21 @@ async def ask(backend: Backend, messages: Sequence[ChatMessage], schema: Mapping
 
 
 class _ModelCaller:
-    """What a policy and a verifier share: the backend, the prompts and the sampling settings."""
+    """What a policy and a verifier share: the backend, the prompts and the sampling settings (greedy by
+    default; ``top_p`` None leaves the engine's own)."""
 
     default_max_tokens = 1024
 
     def __init__(self, backend: Backend, config: PromptConfig, tool_schemas: Mapping[str, Any],
                  max_tokens: int | None = None, temperature: float = 0.0,
-                 headers: HeaderSource | None = traceparent_headers, trail: PromptTrail | None = None):
+                 headers: HeaderSource | None = traceparent_headers, trail: PromptTrail | None = None,
+                 top_p: float | None = None):
         self.backend = backend
         self.trail = trail  # the engine's prompts of this session, shared by the callers on one engine
         self.prompts = Prompts(config, tool_schemas)
         self.max_tokens = max_tokens or self.default_max_tokens
         self.temperature = temperature
+        self.top_p = top_p
         self.headers = headers
 
 
@@ -109,11 +113,11 @@ class LLMPolicy(_ModelCaller):
                       priority: PrioritySource | None = None) -> Proposal:
         messages = self.prompts.draft(history, draft, feedback)
         names: Collection[str] = self.prompts.tool_names
-        parallel = self.prompts.config.parallel_calls
+        parallel, structured = self.prompts.config.parallel_calls, self.prompts.structured
         action, usage = await ask(self.backend, messages, self.prompts.action_schema, self.max_tokens,
                                   self.temperature, self.headers,
-                                  lambda text, finish: parse_action(text, names, finish, parallel), priority,
-                                  self.trail)
+                                  lambda text, finish: parse_action(text, names, finish, parallel, structured),
+                                  priority, self.trail, self.top_p)
         return Proposal(action, usage, 1.0)
 
 
@@ -142,15 +146,16 @@ class LLMVerifier(_ModelCaller):
                      priority: PrioritySource | None = None) -> Review:
         n = len(block)
         names: Collection[str] = self.prompts.tool_names
-        parallel = self.prompts.config.parallel_calls
+        parallel, structured = self.prompts.config.parallel_calls, self.prompts.structured
         prompt = self.prompts.verify(history, block, self.criterion)
         if self.prompts.config.confidence:  # the chain's mid verifier: how sure it is, to escalate when not
             (verdict, sure), usage = await ask(
                 self.backend, prompt, self.prompts.verdict_schema(n), self.max_tokens, self.temperature, self.headers,
-                lambda text, finish: parse_review(text, n, names, finish, parallel), priority, self.trail)
+                lambda text, finish: parse_review(text, n, names, finish, parallel, structured), priority,
+                self.trail, self.top_p)
             return Review(verdict, usage, sure)
         verdict, usage = await ask(self.backend, prompt, self.prompts.verdict_schema(n),
                                    self.max_tokens, self.temperature, self.headers,
-                                   lambda text, finish: parse_verdict(text, n, names, finish, parallel), priority,
-                                   self.trail)
+                                   lambda text, finish: parse_verdict(text, n, names, finish, parallel, structured),
+                                   priority, self.trail, self.top_p)
         return Review(verdict, usage)

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..protocol.interfaces import MalformedOutput
 from ..protocol.types import MAX_CALLS, Action, ActionKind, ToolCall, Verdict
+from .structured import compact
 
 MAX_CHARS = 200_000  # longer output is refused before any parsing
 _THINK = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
@@ -40,12 +41,14 @@ _KINDS = {k.value: k for k in ActionKind}
 
 
 def parse_action(text: object, tool_names: Collection[str], finish_reason: str | None = None,
-                 parallel: bool = False) -> Action:
+                 parallel: bool = False, structured: bool = False) -> Action:
     """The action in ``text``: ``{"kind": "tool", "name", "arguments"} | {"kind": "message", "text"}
     | {"kind": "stop"}``, and with ``parallel`` also ``{"kind": "tools", "calls": [{"name", "arguments"},
-    ...]}`` (at least 2, at most ``MAX_CALLS``). Raises ``MalformedOutput`` (and nothing else) if there is none."""
+    ...]}`` (at least 2, at most ``MAX_CALLS``). ``structured``: a message's text is any JSON value (the
+    session's output format), and the action's text is that value's compact JSON; whether the format accepts
+    it is the tool adapter's check. Raises ``MalformedOutput`` (and nothing else) if there is none."""
     try:
-        return action_from_json(load_object(text, finish_reason), tool_names, parallel)
+        return action_from_json(load_object(text, finish_reason), tool_names, parallel, structured)
     except MalformedOutput:
         raise
     except Exception as exc:  # a bug here must still never let unparsed output through
@@ -53,15 +56,15 @@ def parse_action(text: object, tool_names: Collection[str], finish_reason: str |
 
 
 def parse_verdict(text: object, n: int, tool_names: Collection[str], finish_reason: str | None = None,
-                  parallel: bool = False) -> Verdict:
+                  parallel: bool = False, structured: bool = False) -> Verdict:
     """The verdict ``(j, r, ã)`` in ``text`` for a block of ``n`` steps:
     ``{"accepted_prefix": int, "reason": str, "repair": action | null}``. ``repair`` may be omitted and
     is dropped when the whole block is accepted. With ``parallel``, ``calls`` (a list of booleans, or
     null) answers the staged step's calls one by one, and the repair may be a parallel action (whether
-    ``calls`` fits the staged step is ``Verdict.checked``'s to say). Raises ``MalformedOutput`` (and
-    nothing else)."""
+    ``calls`` fits the staged step is ``Verdict.checked``'s to say); ``structured`` as ``parse_action``'s.
+    Raises ``MalformedOutput`` (and nothing else)."""
     try:
-        return verdict_from(load_object(text, finish_reason), n, tool_names, parallel)
+        return verdict_from(load_object(text, finish_reason), n, tool_names, parallel, structured)
     except MalformedOutput:
         raise
     except Exception as exc:
@@ -69,12 +72,12 @@ def parse_verdict(text: object, n: int, tool_names: Collection[str], finish_reas
 
 
 def parse_review(text: object, n: int, tool_names: Collection[str], finish_reason: str | None = None,
-                 parallel: bool = False) -> tuple[Verdict, float | None]:
+                 parallel: bool = False, structured: bool = False) -> tuple[Verdict, float | None]:
     """``parse_verdict``'s verdict and the reviewer's ``confidence``: a number in 0..1, else None (missing,
     a bool, a string, out of range: a mid verifier then escalates; the verdict itself stays usable)."""
     try:
         obj = load_object(text, finish_reason)
-        verdict = verdict_from(obj, n, tool_names, parallel)
+        verdict = verdict_from(obj, n, tool_names, parallel, structured)
     except MalformedOutput:
         raise
     except Exception as exc:
@@ -212,7 +215,8 @@ def _kind(value: object) -> str:
 
 # -- from a JSON object to protocol values ---------------------------------------------------------
 
-def action_from_json(obj: Mapping[str, Any], tool_names: Collection[str], parallel: bool = False) -> Action:
+def action_from_json(obj: Mapping[str, Any], tool_names: Collection[str], parallel: bool = False,
+                     structured: bool = False) -> Action:
     kind = obj.get("kind")
     if "kind" not in obj:
         raise MalformedOutput("missing field 'kind'")
@@ -224,6 +228,10 @@ def action_from_json(obj: Mapping[str, Any], tool_names: Collection[str], parall
         raise MalformedOutput(f"kind must be one of tool, message, stop, got {_short(kind)}")
     if _KINDS[kind] is ActionKind.STOP:
         return Action.stop()
+    if _KINDS[kind] is ActionKind.MESSAGE and structured:
+        if "text" not in obj:
+            raise MalformedOutput("message: missing field 'text'")
+        return Action.message(compact(obj["text"]))
     if _KINDS[kind] is ActionKind.MESSAGE:
         text = _field(obj, "text", str, "message")
         return Action.message(text)
@@ -247,7 +255,8 @@ def _parallel_action(obj: Mapping[str, Any], tool_names: Collection[str]) -> Act
     return Action.parallel([_call(c, tool_names, f"tools action, call {i}") for i, c in enumerate(calls)])
 
 
-def verdict_from(obj: Mapping[str, Any], n: int, tool_names: Collection[str], parallel: bool = False) -> Verdict:
+def verdict_from(obj: Mapping[str, Any], n: int, tool_names: Collection[str], parallel: bool = False,
+                 structured: bool = False) -> Verdict:
     j = _field(obj, "accepted_prefix", int, "verdict")
     if not 0 <= j <= n:
         raise MalformedOutput(f"accepted_prefix {_short(j)} outside 0..{n}")
@@ -259,7 +268,7 @@ def verdict_from(obj: Mapping[str, Any], n: int, tool_names: Collection[str], pa
     if not isinstance(raw, dict):
         raise MalformedOutput(f"repair malformed: expected an object or null, got {_kind(raw)}")
     try:
-        repair = action_from_json(raw, tool_names, parallel)
+        repair = action_from_json(raw, tool_names, parallel, structured)
     except MalformedOutput as exc:
         raise MalformedOutput(f"repair malformed: {exc}") from None
     return Verdict(j, reason, repair, calls)

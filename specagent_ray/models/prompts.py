@@ -26,6 +26,7 @@ from typing import Any, Literal, TypedDict
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..protocol.types import MAX_CALLS, Action, ActionKind, History, Step, Task
+from .structured import MessageFormat, parse_json
 
 
 class ChatMessage(TypedDict):
@@ -54,6 +55,8 @@ class PromptConfig(BaseModel):
                                  "one action, and a verdict may accept or reject each staged call")
     confidence: bool = Field(False, description="a verdict also says how sure the reviewer is (0..1): the "
                              "three-tier chain's mid verifier, which escalates when unsure")
+    message_schema: dict[str, Any] | None = Field(None, description="a message's text is a JSON value this "
+                                                  "schema accepts (structured outputs), not a string")
 
 
 # -- schemas ---------------------------------------------------------------------------------------
@@ -80,24 +83,34 @@ def with_parallel_calls(schema: dict[str, Any]) -> dict[str, Any]:
     calls = {"type": "array", "items": call, "minItems": 2, "maxItems": MAX_CALLS}
     return {**schema, "properties": {**props, "kind": kind, "calls": calls}}
 
-def action_schema(tool_schemas: Mapping[str, Any]) -> dict[str, Any]:
+def message_slot(message_schema: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """A message's ``text`` in an action schema, and the ``$defs`` it needs: the client's schema where the
+    session has one (``MessageFormat.embedded``), else None (the caller's own string)."""
+    return MessageFormat(message_schema).embedded() if message_schema is not None else (None, {})
+
+
+def action_schema(tool_schemas: Mapping[str, Any], message_schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The schema of one action. A flat object with a ``kind`` enum, not a ``oneOf``: every engine
-    (xgrammar, cloud structured outputs) supports it. Which fields a kind needs is the parser's check."""
+    (xgrammar, cloud structured outputs) supports it. Which fields a kind needs is the parser's check.
+    With ``message_schema`` a message's text is a value that schema accepts."""
     kinds = ["tool", "message", "stop"] if tool_schemas else ["message", "stop"]
     properties: dict[str, Any] = {"kind": {"type": "string", "enum": kinds}}
     if tool_schemas:
         properties["name"] = {"type": "string", "enum": sorted(tool_schemas)}
         properties["arguments"] = {"type": "object"}
-    properties["text"] = {"type": "string"}
-    return {"title": "action", "type": "object", "properties": properties, "required": ["kind"],
-            "additionalProperties": False}
+    slot, defs = message_slot(message_schema)
+    properties["text"] = slot or {"type": "string"}
+    return {**({"$defs": defs} if defs else {}), "title": "action", "type": "object", "properties": properties,
+            "required": ["kind"], "additionalProperties": False}
 
 
-def typed_action_schema(tool_schemas: Mapping[str, Any]) -> dict[str, Any]:
+def typed_action_schema(tool_schemas: Mapping[str, Any], message_schema: Mapping[str, Any] | None = None
+                        ) -> dict[str, Any]:
     """One action whose arguments must match the chosen tool's own schema: an ``anyOf`` with one branch
     per tool (``name`` a const), plus message and stop. Tools' ``$defs`` are hoisted to the root, renamed
-    per tool where two tools define the same name differently, so every ``$ref`` still resolves."""
-    defs: dict[str, Any] = {}
+    per tool where two tools (or the message's schema) define the same name differently, so every ``$ref``
+    still resolves. With ``message_schema`` a message's text is a value that schema accepts."""
+    slot, defs = message_slot(message_schema)
     branches: list[dict[str, Any]] = []
     for name in sorted(tool_schemas):
         params = copy.deepcopy(dict(tool_schemas[name]))
@@ -110,8 +123,8 @@ def typed_action_schema(tool_schemas: Mapping[str, Any]) -> dict[str, Any]:
         branches.append({"type": "object", "additionalProperties": False, "required": ["kind", "name", "arguments"],
                          "properties": {"kind": {"const": "tool"}, "name": {"const": name}, "arguments": params}})
     branches.append({"type": "object", "additionalProperties": False, "required": ["kind", "text"],
-                     "properties": {"kind": {"const": "message"},
-                                    "text": {"type": "string", "minLength": 1, "maxLength": MESSAGE_CHARS}}})
+                     "properties": {"kind": {"const": "message"}, "text": slot or
+                                    {"type": "string", "minLength": 1, "maxLength": MESSAGE_CHARS}}})
     branches.append({"type": "object", "additionalProperties": False, "required": ["kind"],
                      "properties": {"kind": {"const": "stop"}}})
     schema: dict[str, Any] = {"title": "action", "anyOf": branches}
@@ -133,14 +146,16 @@ def _rewrite_refs(node: Any, renames: Mapping[str, str]) -> Any:
 
 
 def verdict_schema(tool_schemas: Mapping[str, Any], n: int | None = None, typed: bool = False,
-                   parallel: bool = False, confidence: bool = False) -> dict[str, Any]:
+                   parallel: bool = False, confidence: bool = False,
+                   message_schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The schema of a verdict ``(j, r, ã)``; with ``n`` the engine also enforces ``j <= n``. With
     ``parallel``, ``calls`` answers each call of a staged parallel action (or is null), and the repair may
-    be a parallel action."""
+    be a parallel action; with ``message_schema``, a repair's message is a value that schema accepts."""
     prefix: dict[str, Any] = {"type": "integer", "minimum": 0}
     if n is not None:
         prefix["maximum"] = n
-    action = typed_action_schema(tool_schemas) if typed and tool_schemas else action_schema(tool_schemas)
+    action = (typed_action_schema(tool_schemas, message_schema) if typed and tool_schemas
+              else action_schema(tool_schemas, message_schema))
     if parallel and tool_schemas:
         action = with_parallel_calls(action)
     defs = action.pop("$defs", None)
@@ -165,17 +180,28 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def render_action(action: Action) -> str:
+def render_action(action: Action, structured: bool = False) -> str:
     """An action as the JSON object the model answers with: fields in the schema's order (the order
-    the engine generates them in), arguments with sorted keys."""
+    the engine generates them in), arguments with sorted keys. ``structured``: a message's text that is
+    JSON is the value it was written as (structured outputs), not a string."""
     if action.kind is ActionKind.TOOL and action.more:
         calls = ", ".join(f'{{"name": {_json(c.name)}, "arguments": {_json(c.arguments)}}}' for c in action.calls)
         return f'{{"kind": "tools", "calls": [{calls}]}}'
     if action.kind is ActionKind.TOOL and action.call is not None:
         return f'{{"kind": "tool", "name": {_json(action.call.name)}, "arguments": {_json(action.call.arguments)}}}'
     if action.kind is ActionKind.MESSAGE:
-        return f'{{"kind": "message", "text": {_json(action.text)}}}'
+        return f'{{"kind": "message", "text": {_message_text(action.text, structured)}}}'
     return '{"kind": "stop"}'
+
+
+def _message_text(text: str, structured: bool) -> str:
+    if structured:
+        try:
+            parse_json(text)
+            return text  # the value's own JSON: the form the model writes it in
+        except ValueError:
+            pass
+    return _json(text)
 
 
 def truncate(text: str, limit: int) -> str:
@@ -184,9 +210,9 @@ def truncate(text: str, limit: int) -> str:
     return f"{text[:limit]} ...[{len(text) - limit} more chars truncated]"
 
 
-def step_messages(step: Step, observation_chars: int) -> list[ChatMessage]:
+def step_messages(step: Step, observation_chars: int, structured: bool = False) -> list[ChatMessage]:
     """One step as turns: the action, then its observation (none for a stop or a staged step)."""
-    out: list[ChatMessage] = [{"role": "assistant", "content": render_action(step.action)}]
+    out: list[ChatMessage] = [{"role": "assistant", "content": render_action(step.action, structured)}]
     obs = step.observation
     if obs is None:
         return out
@@ -202,8 +228,8 @@ def step_messages(step: Step, observation_chars: int) -> list[ChatMessage]:
     return out
 
 
-def steps_messages(steps: Sequence[Step], observation_chars: int) -> list[ChatMessage]:
-    return [m for s in steps for m in step_messages(s, observation_chars)]
+def steps_messages(steps: Sequence[Step], observation_chars: int, structured: bool = False) -> list[ChatMessage]:
+    return [m for s in steps for m in step_messages(s, observation_chars, structured)]
 
 
 ANSWER_FORMAT = """# How to answer
@@ -215,6 +241,9 @@ Tool results come back as "Tool result (<name>): ...", the customer's replies as
 PARALLEL_FORMAT = """
 - {"kind": "tools", "calls": [{"name": "<tool name>", "arguments": {...}}, ...]} calls several tools at once,
   when none of them needs another's result; their results come back together, one line each."""
+MESSAGE_FORMAT = """
+A message's "text" is not a string: it is one JSON value, which the customer reads as data, that this JSON
+Schema accepts: """
 
 
 def render_system(config: PromptConfig, tool_schemas: Mapping[str, Any], task: Task) -> str:
@@ -227,7 +256,8 @@ def render_system(config: PromptConfig, tool_schemas: Mapping[str, Any], task: T
         about = config.tool_descriptions.get(name, "").strip()
         tools.append(f"## {name}\n" + (about + "\n" if about else "") + _json(tool_schemas[name]))
     parts.append("\n".join(tools))
-    parts.append(ANSWER_FORMAT + (PARALLEL_FORMAT if config.parallel_calls else ""))
+    form = MESSAGE_FORMAT + _json(config.message_schema) if config.message_schema is not None else ""
+    parts.append(ANSWER_FORMAT + (PARALLEL_FORMAT if config.parallel_calls else "") + form)
     parts.append("# Task\n" + task.instruction.strip())
     return "\n\n".join(parts)
 
@@ -239,28 +269,31 @@ class Prompts:
         self.config = config
         self.tool_schemas = {k: copy.deepcopy(v) for k, v in tool_schemas.items()}
         self.tool_names = frozenset(self.tool_schemas)
+        self.structured = config.message_schema is not None  # a message's text is the client's JSON value
 
     @cached_property
     def action_schema(self) -> dict[str, Any]:
+        message = self.config.message_schema
         if self.config.typed_arguments and self.tool_schemas:
-            schema = typed_action_schema(self.tool_schemas)
+            schema = typed_action_schema(self.tool_schemas, message)
         else:
-            schema = action_schema(self.tool_schemas)
+            schema = action_schema(self.tool_schemas, message)
         return with_parallel_calls(schema) if self.config.parallel_calls and self.tool_schemas else schema
 
     def verdict_schema(self, n: int) -> dict[str, Any]:
         return verdict_schema(self.tool_schemas, n, typed=self.config.typed_arguments,
-                              parallel=self.config.parallel_calls, confidence=self.config.confidence)
+                              parallel=self.config.parallel_calls, confidence=self.config.confidence,
+                              message_schema=self.config.message_schema)
 
     def leading_block(self, history: History) -> list[ChatMessage]:
         """System message + H. The verify and repair prompts both begin with exactly these messages."""
         system: ChatMessage = {"role": "system", "content": render_system(self.config, self.tool_schemas, history.task)}
-        return [system, *steps_messages(history.steps, self.config.observation_chars)]
+        return [system, *steps_messages(history.steps, self.config.observation_chars, self.structured)]
 
     def draft(self, history: History, draft: Sequence[Step] = (), feedback: str | None = None) -> list[ChatMessage]:
         """The next action after H + the steps drafted so far (``feedback`` makes it a repair)."""
         tail = NEXT_ACTION if feedback is None else repair_instruction(feedback)
-        return [*self.leading_block(history), *steps_messages(draft, self.config.observation_chars),
+        return [*self.leading_block(history), *steps_messages(draft, self.config.observation_chars, self.structured),
                 {"role": "user", "content": tail}]
 
     def repair(self, history: History, reason: str) -> list[ChatMessage]:
@@ -270,8 +303,9 @@ class Prompts:
     def verify(self, history: History, block: Sequence[Step], criterion: str = "semantic") -> list[ChatMessage]:
         """One prefill over H + block, then a short verdict ``(j, r, ã)``; ``criterion`` is SpecAgent's
         ``semantic`` acceptance or the ablation's ``exact`` one (only the closing instruction differs)."""
-        return [*self.leading_block(history), *steps_messages(block, self.config.observation_chars),
-                {"role": "user", "content": verify_instruction(block, criterion, self.config.confidence)}]
+        return [*self.leading_block(history), *steps_messages(block, self.config.observation_chars, self.structured),
+                {"role": "user", "content": verify_instruction(block, criterion, self.config.confidence,
+                                                               self.structured)}]
 
 
 NEXT_ACTION = "Decide your next action. Answer with one JSON object only."
@@ -302,11 +336,12 @@ ACCEPTANCE = {
 }
 
 
-def verify_instruction(block: Sequence[Step], criterion: str = "semantic", confidence: bool = False) -> str:
+def verify_instruction(block: Sequence[Step], criterion: str = "semantic", confidence: bool = False,
+                       structured: bool = False) -> str:
     lines = []
     for i, step in enumerate(block, 1):
         note = "STAGED: not executed, runs only if you accept it" if step.staged else "executed"
-        lines.append(f"{i}. {render_action(step.action)}  [{note}]")
+        lines.append(f"{i}. {render_action(step.action, structured)}  [{note}]")
     n = len(block)
     staged = block[-1].action.calls if block and block[-1].staged else ()
     per_call = (f" The last step holds {len(staged)} tool calls: if you accept every step, calls may answer each "

@@ -94,6 +94,15 @@ class TieredTools(Protocol):
     def tier(self, call: ToolCall) -> Tier: ...
 
 
+@runtime_checkable
+class MessageRules(Protocol):
+    """A tool adapter that also says whether a message may be sent to the user (a served session whose
+    messages must follow the client's output format): None if it may, else why not. A message it refuses
+    is an invalid action, as a call that fails ``validate`` is: never sent, and replaced by the strong model."""
+
+    def validate_message(self, text: str) -> str | None: ...
+
+
 class User(Protocol):
     """The other side of the conversation. ``reply`` returns the user's answer to an agent message."""
 

@@ -15,6 +15,7 @@ from .interfaces import (
     Journal,
     Ledger,
     MalformedOutput,
+    MessageRules,
     NoJournal,
     NoSpans,
     Policy,
@@ -123,6 +124,7 @@ class Run:
     def __post_init__(self) -> None:
         self.history = self.start if self.start is not None else History(self.task)
         self._tiered = isinstance(self.parts.tools, TieredTools)
+        self._message_rules = isinstance(self.parts.tools, MessageRules)
 
     # -- the run's life -------------------------------------------------------------------------
 
@@ -218,6 +220,8 @@ class Run:
                 (r for r in map(self.parts.tools.validate, action.calls) if r is not None), None)
         if action.kind is ActionKind.MESSAGE and not action.text.strip():
             return "empty message"
+        if action.kind is ActionKind.MESSAGE and self._message_rules:
+            return self.parts.tools.validate_message(action.text)  # type: ignore[attr-defined]
         return None
 
     def parallel_reason(self, action: Action) -> str | None:

@@ -97,3 +97,69 @@ def test_the_real_engine_table_ran_every_session_and_says_what_random_weights_sh
 def test_it_ends_with_where_to_go_next(main_job):
     tail = main_job[0].split("Where to go next:", 1)[1]
     assert "bench tau2" in tail and "loadtest" in tail and "k8s" in tail
+
+
+# -- structured outputs on the real engines ------------------------------------------------------------------
+
+ANSWER = {"type": "object", "additionalProperties": False, "required": ["answer", "sure"],
+          "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}, "sure": {"type": "boolean"}}}
+
+
+@pytest.fixture(scope="module")
+def local_cpu(tmp_path_factory):
+    """The local-cpu profile alone on a fresh local Ray instance, with a client tool source (no tools: the
+    agent answers or stops); yields the gateway's URL. Its own folder: the tiny models are built there."""
+    from specagent_ray.launch.workload import ensure_local_models, local_cluster
+    from specagent_ray.ports import free_port
+
+    cwd, back = tmp_path_factory.mktemp("structured"), os.getcwd()
+    os.chdir(cwd)
+    try:
+        ensure_local_models()
+        args = {"tool_sources": {"app": {"kind": "client"}}, "session_log": str(cwd / "log")}
+        with local_cluster("local-cpu", free_port(), args) as url:
+            yield url
+    finally:
+        os.chdir(back)
+
+
+def agent_messages(url: str, body: dict) -> tuple[list[str], dict]:
+    """Create a session and follow its events to its first agent message or its end: (messages, last event)."""
+    import json
+
+    import httpx
+
+    auth = {"Authorization": "Bearer dev-key"}
+    sid = httpx.post(f"{url}/v1/sessions", json=body, headers=auth, timeout=60).raise_for_status().json()["session_id"]
+    seen: list[dict] = []
+    with httpx.stream("GET", f"{url}/v1/sessions/{sid}/events", headers=auth, timeout=600) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                seen.append(json.loads(line[6:]))
+                if seen[-1]["t"] in ("agent_message", "final"):
+                    break
+    httpx.delete(f"{url}/v1/sessions/{sid}", headers=auth, timeout=60)
+    return [e["text"] for e in seen if e["t"] == "agent_message"], seen[-1] if seen else {}
+
+
+def test_every_final_message_on_real_engines_is_one_the_clients_schema_accepts(local_cpu):
+    """Random weights, sampled (temperature 1): the grammar makes every message the client's object, and the
+    server refuses any other. A random model may stop instead of answering; 3 trials must answer (of at most
+    12 sessions), and every message any session sends must validate."""
+    import json
+
+    import jsonschema
+
+    body = {"tool_source": "app", "message": "Is the sky blue?", "sampling": {"temperature": 1.0, "top_p": 0.95},
+            "output_format": {"type": "json_schema", "name": "answer", "schema": ANSWER, "strict": True}}
+    answered, ends = 0, []
+    for _ in range(12):
+        messages, last = agent_messages(local_cpu, body)
+        ends.append(last)
+        assert last.get("t") == "agent_message" or last.get("status") == "done", last  # none failed
+        for text in messages:
+            jsonschema.validate(json.loads(text), ANSWER)
+        answered += bool(messages)
+        if answered == 3:
+            break
+    assert answered == 3, ends

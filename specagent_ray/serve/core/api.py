@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
+from ...models.structured import check_output_schema
 from ...protocol.baselines import METHODS
 from ...tools.schema import check_client_schema
 from .config import BENCHMARKS, AppConfig, BfclSource, ClientSource, McpSource, OpenAIEngines, SimEngines
@@ -103,7 +104,11 @@ class Sampling(Body):
 
 
 class OutputFormat(Body):
-    """The form of the agent's final message: a JSON object, one that ``schema`` accepts for ``json_schema``."""
+    """The form of the agent's final message: a JSON object, one that ``schema`` accepts for ``json_schema``.
+    A schema is taken only if the server can enforce it (``models/structured.check_output_schema``: at most 16 KiB
+    and 16 levels deep, JSON Schema 2020-12, local ``$ref`` only, one that the grammar backend compiles);
+    ``strict`` true adds OpenAI's strict rules (a root object; ``additionalProperties: false`` and every
+    property required, on every object). Strict or not, the engines' grammar enforces the schema."""
 
     type: Literal["json_schema", "json_object"]
     name: str | None = Field(None, max_length=64)
@@ -111,6 +116,17 @@ class OutputFormat(Body):
     strict: StrictBool | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _servable(self) -> OutputFormat:
+        if self.type == "json_object":
+            if self.schema_ is not None:
+                raise ValueError("json_object takes no schema (json_schema does)")
+            return self
+        if self.schema_ is None:
+            raise ValueError("json_schema needs a schema")
+        check_output_schema(self.schema_, self.strict)
+        return self
 
 
 class CreateSession(Body):

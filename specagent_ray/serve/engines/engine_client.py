@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from ...models.backend import BackendError, ChatBackend
 from ...models.llm import LLMPolicy, LLMVerifier, PromptTrail
 from ...models.prompts import DEFAULT_ROLE, PromptConfig
+from ...models.structured import MessageFormat
 from ...protocol.interfaces import EngineUnavailable, MalformedOutput, Policy, Verifier
 from ...protocol.types import History, Proposal, Review, Step
 from ...telemetry.tracing import traceparent_headers
@@ -184,6 +185,11 @@ class SimEngineClient:
 
     def models(self, session: SessionView, catalog: Catalog, parallel: bool = False
                ) -> tuple[Policy, Policy, Verifier]:
+        """The session's simulated models. Sampling is not theirs to honour (they replay gold actions through
+        an error model); an output format they cannot write: such a session fails at once, saying so."""
+        if getattr(session.request, "output_format", None) is not None:
+            raise BackendError("output_format needs model or scripted engines: simulated engines replay "
+                               "benchmark messages, which no client schema describes")
         draft_lane, verifier_lane = lane_of(session.id, self.draft_lanes), lane_of(session.id, self.lanes)
         req = self._request(session, parallel)
         c, p, sid = self.coord, self.priority, session.id
@@ -231,12 +237,14 @@ class OpenAIEngineClient:
         return {"verify": [self.verify_batch], **({"mid": [self.mid_batch]} if self.mid_batch is not None else {})}
 
     def _prompt(self, session: SessionView, catalog: Catalog, parallel: bool) -> tuple[PromptConfig, Any, dict]:
-        """The session's prompt config, its request headers and the models' keyword arguments."""
+        """The session's prompt config (its output format's schema included), its request headers and the
+        verdicts' keyword arguments (greedy, the profile's max_tokens; ``agent_sampling`` for the agent's own text)."""
         policy = catalog.policy[: self.cfg.policy_chars] if self.cfg.policy_chars else catalog.policy
         request = session.request
         role = {"agent_role": agent_role(request)} if request.instructions or request.context else {}
+        form = MessageFormat.of(getattr(request, "output_format", None))
         prompt = PromptConfig(policy=policy, observation_chars=self.cfg.observation_chars, parallel_calls=parallel,
-                              **role)
+                              message_schema=dict(form.schema) if form else None, **role)
         headers = lambda: {**traceparent_headers(), "x-session-id": session.id}
         return prompt, headers, {"max_tokens": self.cfg.max_tokens, "temperature": 0.0, "headers": headers}
 
@@ -258,8 +266,9 @@ class OpenAIEngineClient:
                ) -> tuple[Policy, Policy, Verifier]:
         prompt, headers, kw = self._prompt(session, catalog, parallel)
         on_verifier = PromptTrail()  # the strong steps, verifies and prefills of this session share an engine
-        weak_llm = LLMPolicy(self.drafter, prompt, catalog.schemas, trail=PromptTrail(), **kw)
-        strong_llm = LLMPolicy(self.verifier, prompt, catalog.schemas, trail=on_verifier, **kw)
+        own = agent_sampling(kw, getattr(session.request, "sampling", None))  # drafts, strong steps, repairs
+        weak_llm = LLMPolicy(self.drafter, prompt, catalog.schemas, trail=PromptTrail(), **own)
+        strong_llm = LLMPolicy(self.verifier, prompt, catalog.schemas, trail=on_verifier, **own)
         verifier_llm = LLMVerifier(self.verifier, prompt, catalog.schemas, trail=on_verifier, **kw)
         c, p, sid = self.coord, self.priority, session.id
         # the verify batcher orders by n() either way; an engine only where it runs vLLM's priority scheduler
@@ -289,6 +298,23 @@ class OpenAIEngineClient:
         strong = RemotePolicy(session, "strong engine", c.verify_attempts, c.verify_timeout_s, strong_step)
         verifier = RemoteVerifier(session, "verifier", c.verify_attempts, c.verify_timeout_s, verify)
         return weak, strong, verifier
+
+
+def agent_sampling(greedy: dict[str, Any], sampling: Any) -> dict[str, Any]:
+    """The keyword arguments of the models that write the agent's own text (drafts, strong steps, repairs,
+    the final message): the client's temperature and top_p where it set them, and its max_output_tokens
+    where that is below the profile's max_tokens. Verdicts keep ``greedy``: a verdict is a judgement, not
+    the agent's text, and sampling it would make acceptance a coin toss."""
+    if sampling is None:
+        return greedy
+    out = dict(greedy)
+    if sampling.temperature is not None:
+        out["temperature"] = sampling.temperature
+    if sampling.top_p is not None:
+        out["top_p"] = sampling.top_p
+    if sampling.max_output_tokens is not None:
+        out["max_tokens"] = min(greedy["max_tokens"], sampling.max_output_tokens)
+    return out
 
 
 def agent_role(request: CreateSession) -> str:

@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from functools import cached_property
 from typing import Any
 
 from ...models.backend import BackendError
+from ...models.structured import MessageFormat
 from ...models.users import GREETING
 from ...protocol.baselines import METHODS
 from ...protocol.interfaces import EngineUnavailable, Verifier
@@ -44,7 +46,8 @@ Execute = Callable[[ToolCall, "str | None"], Awaitable[Observation]]
 
 class SessionTools:
     """The protocol's ``ToolAdapter`` for one session. Writes get an intent (made durable before they
-    run) and an idempotency key; every observation is recorded as a ``tool_result`` event."""
+    run) and an idempotency key; every observation is recorded as a ``tool_result`` event. Where the session
+    has an ``output_format``, a message to the user is valid only if it follows it (``MessageRules``)."""
 
     def __init__(self, session: Session, catalog: Catalog, run: Execute, durable: Callable[[], Awaitable[None]]):
         self.session = session
@@ -52,6 +55,10 @@ class SessionTools:
         self._run = run
         self._durable = durable
         self._asking = asyncio.Lock()  # a parallel action's writes ask their approvals one at a time
+
+    @cached_property
+    def _format(self) -> MessageFormat | None:
+        return MessageFormat.of(self.session.request.output_format)
 
     def classify(self, call: ToolCall) -> Effect:
         return self.catalog.classify(call)  # WRITE for any call above READ: its tier's rules included
@@ -62,6 +69,10 @@ class SessionTools:
 
     def validate(self, call: ToolCall) -> str | None:
         return self.catalog.validator.check(call)
+
+    def validate_message(self, text: str) -> str | None:
+        """None if ``text`` may reach the user: any text, or JSON its output format accepts."""
+        return None if self._format is None else self._format.check(text)
 
     async def execute(self, call: ToolCall) -> Observation:
         if self.classify(call) is Effect.WRITE:

@@ -25,6 +25,7 @@ from ..core.config import (
     BfclSource,
     ClientSource,
     McpSource,
+    SimEngines,
     Tau2Source,
     unavailable_sources,
 )
@@ -73,6 +74,9 @@ class ToolSources:
         why = refusal(self.cfg, source, req.user)
         if why is not None:
             raise BadRequest(why)
+        if req.output_format is not None and isinstance(self.cfg.engines, SimEngines):
+            raise BadRequest("output_format needs model or scripted engines: simulated engines replay benchmark "
+                             "messages", "output_format")
         if req.user == "client" and not req.message:
             raise BadRequest("a client-user session needs an opening message" if isinstance(source, BENCHMARKS)
                              else f"a {source.kind} session needs user 'client' and an opening message")
