@@ -107,7 +107,7 @@ RESPONSES = ("/v1/responses", "/v1/conversations", "/v1/models")  # OpenAI's API
 OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 429: "rate_limit_error"}
 CODES = {400: "invalid_request", 401: "invalid_api_key", 403: "permission_denied", 404: "not_found",
-         409: "conflict", 413: "request_too_large", 422: "invalid_request", 429: "rate_limit_exceeded",
+         405: "method_not_allowed", 409: "conflict", 413: "request_too_large", 422: "invalid_request", 429: "rate_limit_exceeded",
          500: "server_error", 503: "service_unavailable"}  # an error's code where it names none more precise
 
 

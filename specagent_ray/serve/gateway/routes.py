@@ -207,7 +207,7 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
         """Starlette's own errors (404 no route, 405); a 405's ``Allow`` lists every method of the path."""
         if exc.status_code == 405:
             exc = HTTPException(405, exc.detail, {**(exc.headers or {}), "Allow": ", ".join(methods_at(app, request))})
-        elif request.url.path.startswith(RESPONSES):  # a body that is not JSON: OpenAI's error shape
+        if request.url.path.startswith(RESPONSES):  # OpenAI's error shape (a body that is not JSON, a 405)
             return error_response(request, exc.status_code, str(exc.detail), exc.headers)
         return await http_exception_handler(request, exc)
 

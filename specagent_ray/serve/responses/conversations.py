@@ -13,12 +13,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, Query
+from fastapi import FastAPI, Query, Response
 
 from ..core.errors import NotFound, documented
 from ..sessions.conversations import CID
 from .items import page
-from .models import ConversationCreate, ConversationItems, ConversationRef, ConversationUpdate, MessageItem
+from .models import (
+    ConversationCreate,
+    ConversationItems,
+    ConversationRef,
+    ConversationUpdate,
+    MessageItem,
+)
+from .route_docs import noticed
+from .translate import ignored
 
 Call = Callable[..., Awaitable[Any]]
 Outputs = Callable[[str, str], Awaitable[list[dict[str, Any]]]]  # (response id, tenant) -> its output items
@@ -89,19 +97,25 @@ def public(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def mount_conversations(app: FastAPI, coordinator: Call, tenant: Any, key: Any, outputs: Outputs,
-                        resolve: Resolve, errors: Callable[..., dict[int | str, dict[str, Any]]] = documented
-                        ) -> ConversationStore:
-    """Add the Conversations API's routes to ``app``; answers the store the Responses routes use."""
+                        resolve: Resolve, errors: Callable[..., dict[int | str, dict[str, Any]]] = documented,
+                        strict: bool = False) -> ConversationStore:
+    """Add the Conversations API's routes to ``app``; answers the store the Responses routes use. A body's
+    fields that this server does not know are ignored and named in a header (``strict``: refused), as the
+    Responses routes do."""
     store = ConversationStore(coordinator, outputs)
+
+    def note(body: Any, answer: Response) -> None:
+        answer.headers.update(noticed(ignored(body, strict)))
 
     async def given(items: list[Any], who: str) -> list[dict[str, Any]]:
         return [stored_item(i) for i in await resolve(items, who)]
 
     @app.post("/v1/conversations", operation_id="create_conversation",
               responses={200: {"description": "the conversation", "links": LINKS}, **errors(400, 404, 413)})
-    async def create_conversation(body: ConversationCreate, who: str = tenant,
+    async def create_conversation(body: ConversationCreate, answer: Response, who: str = tenant,
                                   idempotency_key: str | None = key) -> dict[str, Any]:
         """A conversation, with its first items (context for the responses that use it: nothing runs)."""
+        note(body, answer)
         view = await coordinator("create_conversation", await given(list(body.items or []), who),
                                  dict(body.metadata or {}), owner=who, idempotency_key=idempotency_key,
                                  retry=idempotency_key is not None)
@@ -112,8 +126,10 @@ def mount_conversations(app: FastAPI, coordinator: Call, tenant: Any, key: Any, 
         return public(await store.view(cid, who))
 
     @app.post("/v1/conversations/{cid}", operation_id="update_conversation", responses=errors(400, 404))
-    async def update_conversation(cid: str, body: ConversationUpdate, who: str = tenant) -> dict[str, Any]:
+    async def update_conversation(cid: str, body: ConversationUpdate, answer: Response,
+                                  who: str = tenant) -> dict[str, Any]:
         """Replace the conversation's metadata."""
+        note(body, answer)
         return public(await store.change(cid, "metadata", dict(body.metadata), who))
 
     @app.delete("/v1/conversations/{cid}", operation_id="delete_conversation", responses=errors(404))
@@ -131,9 +147,10 @@ def mount_conversations(app: FastAPI, coordinator: Call, tenant: Any, key: Any, 
 
     @app.post("/v1/conversations/{cid}/items", operation_id="create_conversation_items",
               responses=errors(400, 404, 413))
-    async def add_items(cid: str, body: ConversationItems, who: str = tenant,
+    async def add_items(cid: str, body: ConversationItems, answer: Response, who: str = tenant,
                         include: list[str] | None = INCLUDE) -> dict[str, Any]:
         """Add items (context: nothing in them runs); answers the items added, with their ids."""
+        note(body, answer)
         added = (await store.change(cid, "add", await given(list(body.items), who), who))["added"]
         return page(added, len(added), "asc", None)
 

@@ -146,7 +146,8 @@ def _line(item: Any) -> str | None:
     if isinstance(item, MessageItem):
         return f"{item.role}: {text(item.content)}"
     if isinstance(item, FunctionCallItem):
-        return f"agent called {item.name}({item.arguments}) [call {item.call_id}]"
+        name = f"{item.namespace}.{item.name}" if item.namespace else item.name  # as the agent knows a namespace's
+        return f"agent called {name}({item.arguments}) [call {item.call_id}]"
     if isinstance(item, FunctionCallOutputItem):
         return f"result of call {item.call_id}: {text(item.output)}"
     if isinstance(item, McpCallItem):

@@ -84,7 +84,7 @@ def output_items(turn: Records, sid: str, labels: Labels) -> list[dict[str, Any]
             out.append(message(r["text"], f"msg_{sid}_{r['seq']}"))
         elif t == "tool_call_pending":
             out.append({"type": "function_call", "id": f"fc_{sid}_{r['seq']}", "call_id": r["call_id"],
-                        "name": r["name"], "arguments": json.dumps(r["arguments"]), "status": "completed"})
+                        **_named(r["name"]), "arguments": json.dumps(r["arguments"]), "status": "completed"})
         elif t == "approval_request":
             out.append({"type": "mcp_approval_request", "id": r["id"], "server_label": labels.get(r["name"], ""),
                         "name": r["name"], "arguments": json.dumps(r["arguments"])})
@@ -100,6 +100,13 @@ class ToolLabels(dict[str, str]):
     def __init__(self, labels: Mapping[str, str], reads: frozenset[str] = frozenset()):
         super().__init__(labels)
         self.reads = reads
+
+
+def _named(name: str) -> dict[str, str]:
+    """A function call's ``name`` and ``namespace``: a tool of a ``namespace`` runs as ``ns.fn`` here
+    (``responses/tools.py``); OpenAI's function names hold no dot, so only a namespace makes one."""
+    namespace, dot, fn = name.partition(".")
+    return {"name": fn, "namespace": namespace} if dot else {"name": name}
 
 
 def _calls(action: dict[str, Any]) -> list[dict[str, Any]]:

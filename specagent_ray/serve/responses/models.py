@@ -1,30 +1,65 @@
 """The Responses API's request body and input items, as the published specifications write them (Open
 Responses 2026-04-24 and OpenAI's own fields): a body that a client following either may send is taken
-for its shape; a field that no specification has is refused by name (400), as OpenAI's API refuses it.
+for its shape. A field that this server does not know (a newer specification's, or a client's own such
+as a coding agent's ``client_metadata``) is taken and ignored, as vLLM's OpenAI server does: each model
+notes the names it was given and ignored (``unknown_fields`` lists them as dotted paths), and the routes
+name them in a header, or refuse them where the profile is strict (``gateway.strict_fields``).
 
 These models only say what a request may hold. What the server does with each field (honour it, or
-take it and echo what was applied) is ``responses/translate.py``'s, and docs/serving.md's table. They are strict:
-JSON Schema's types, no string for a number, so that the published schema (``json_schema``) and what is
-taken agree in both directions.
+take it and echo what was applied) is ``responses/translate.py``'s, and docs/serving.md's table. Their
+types are strict: JSON Schema's types, no string for a number, so that the published schema
+(``json_schema``; ``responses/schema.py``) and what is taken agree in both directions.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from ..core.api import json_integer
 
-TEXT = 100_000  # characters of one text, any item
-ITEMS = 256  # items in one request's input
+TEXT = 1_000_000  # characters of one text, any item (the gateway caps the whole body in bytes)
+ITEMS = 2048  # items in one request's input (a coding agent's long session replays them all)
 PARTS = 64  # content parts in one message
 
 
 class Spec(BaseModel):
-    """A shape a specification owns: its fields and no others, JSON types only."""
+    """A shape a specification owns: its fields, JSON types only. A field it lacks is dropped, and its
+    name kept (``unknown_fields``): nothing this server does reads it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+    _unknown: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _note_unknown(cls, data: Any, handler: Any) -> Any:
+        model = handler(data)
+        if isinstance(data, dict):
+            known = {f.alias or name for name, f in cls.model_fields.items()}
+            model._unknown = tuple(sorted(str(k) for k in data if k not in known))
+        return model
+
+
+def unknown_fields(model: BaseModel, prefix: str = "") -> set[str]:
+    """The fields ``model`` was given that it does not know, with those of the models in it (its items,
+    their content parts, ...), as dotted paths by JSON name without list positions (``input.content.x``)."""
+    out = {prefix + name for name in getattr(model, "_unknown", ())}
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        for v in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(v, Spec):
+                out |= unknown_fields(v, f"{prefix}{info.alias or name}.")
+    return out
 
 
 Text = Annotated[str, Field(max_length=TEXT)]

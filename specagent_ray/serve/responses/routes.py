@@ -12,6 +12,7 @@ translated by ``responses/translate.py``, records read back by ``responses/items
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -52,12 +53,22 @@ from .items import (
     turn_start,
 )
 from .models import InputTokensBody, ItemReference, ResponseCreate
-from .route_docs import EVENT, ITEM, LINKS, ResponseEvents, error_response, errors
+from .route_docs import (
+    EVENT,
+    ITEM,
+    LINKS,
+    NOTICES,
+    ResponseEvents,
+    error_response,
+    errors,
+    noticed,
+)
 from .schema import create_schema
+from .tools import dropped, echoed_tools, hosted
 from .translate import (
     Terms,
     create_request,
-    echoed_tools,
+    ignored,
     meta,
     parse_response_id,
     read_input,
@@ -85,13 +96,12 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
-        """A Responses API body that does not parse is a 400 naming the field, as OpenAI answers it."""
+        """A Responses API body that does not parse is a 400 naming the field, as OpenAI answers it (a
+        field it does not know parses: ``noticed``)."""
         if not request.url.path.startswith(RESPONSES):
             return await request_validation_exception_handler(request, exc)
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"] if p != "body")
-        if first["type"] == "extra_forbidden":  # a field no specification has: refused by name, as OpenAI does
-            return error_response(request, 400, f"unknown parameter: {where}", param=where, code="unknown_parameter")
         return error_response(request, 400, f"{where}: {first['msg']}", param=where or None, code="invalid_value")
 
     created_records: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()  # (tenant, session): immutable
@@ -172,7 +182,7 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
             return []
         return response(seen[0], seen[turn_start(seen, n):], sid, n, label(seen[0]))["output"]
 
-    conversations = mount_conversations(app, coordinator, tenant, key, output_of, resolve, errors)
+    conversations = mount_conversations(app, coordinator, tenant, key, output_of, resolve, errors, terms.strict)
 
     async def resolved(body: ResponseCreate, who: str) -> tuple[ResponseCreate, list[Any]]:
         """``body``, its input with the history of its ``conversation`` before it and each
@@ -262,17 +272,21 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
               responses={200: {"description": "the response (a JSON object), or its events (stream: true)",
                                "content": {"application/json": {"schema": {"type": "object"}},
                                            "text/event-stream": {"itemSchema": EVENT}},
-                               "links": LINKS}, **errors(400, 403, 404, 409, 413)})
-    async def create_response(body: ResponseCreate, who: str = tenant, idempotency_key: str | None = key) -> Any:
-        """A response: the next turn of an agent conversation (a new one without ``previous_response_id``)."""
+                               "links": LINKS, "headers": NOTICES}, **errors(400, 403, 404, 409, 413)})
+    async def create_response(body: ResponseCreate, answer: Response, who: str = tenant,
+                              idempotency_key: str | None = key) -> Any:
+        """A response: the next turn of an agent conversation (a new one without ``previous_response_id``).
+        Its headers name the fields it ignored and the tools it dropped (``route_docs.noticed``)."""
         now, key = int(time.time()), idempotency_key
+        notes = noticed(ignored(body, terms.strict), dropped(body))
         body, new_items = await resolved(body, who)
         own = await replayed(body, who) if body.previous_response_id is None else None
 
         async def begin(first: ResponseCreate) -> tuple[str, int, int, None]:
             req = create_request(first, terms)
             out = await coordinator("create", req, owner=who, idempotency_key=key,
-                                    turn=meta(body, now, echoed_tools(body), bool(req.parallel_calls)),
+                                    turn=meta(body, now, echoed_tools(body, terms), bool(req.parallel_calls), req,
+                                              terms.sampled),
                                     retry=key is not None)
             return out["session_id"], 0, 0, None
 
@@ -300,17 +314,22 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
         if (cid := conversation_of(body.conversation)) is not None:  # its new input, and its output, join it
             await conversations.link(cid, response_id(sid, n), new_items, who)
         if body.stream:
-            return ResponseEvents(stream(sid, n, start, who), headers={"Cache-Control": "no-cache"})
+            return ResponseEvents(stream(sid, n, start, who), headers={"Cache-Control": "no-cache", **notes})
+        answer.headers.update(notes)
         async for snap in follow(sid, n, start, who, whole=not body.background, given=given):
             if body.background:
                 return snap
         return snap
 
     @app.post("/v1/responses/input_tokens", operation_id="count_input_tokens", response_model=None,
-              responses=errors(400, 404, 413))
-    async def input_tokens(body: InputTokensBody, who: str = tenant) -> dict[str, Any]:
+              responses={200: {"description": "the count", "headers": NOTICES}, **errors(400, 404, 413)})
+    async def input_tokens(body: InputTokensBody, answer: Response, who: str = tenant) -> dict[str, Any]:
         """How many tokens a request's input is, its conversation's history included (``input_tokens.py``:
-        the verifier's tokenizer where it can be asked, the token model's estimate elsewhere)."""
+        the verifier's tokenizer where it can be asked, the token model's estimate elsewhere); the tools a
+        response would drop are not counted."""
+        answer.headers.update(noticed(ignored(body, terms.strict), dropped(body)))
+        if body.tools:
+            body = body.model_copy(update={"tools": [t for t in body.tools if hosted(t)]})
         history: list[Any] = []
         if (cid := conversation_of(body.conversation)) is not None:
             history = [ITEM.validate_python(i) for i in await conversations.history(cid, who)]
@@ -340,13 +359,20 @@ def mount_responses(app: FastAPI, coordinator: Call, tenant: Any, key: Any, cfg:
     @app.post("/v1/responses/{rid:rid}/cancel", operation_id="cancel_response", response_model=None,
               responses=errors(404, 409))
     async def cancel_response(rid: str, who: str = tenant) -> dict[str, Any]:
-        """Cancel a response in progress: its conversation's session ends as cancelled."""
+        """Cancel a response in progress: its conversation's session ends as cancelled. Answers the
+        response once its status is no longer in_progress (cancelled, or the end it reached first), or as
+        it stands after ``events_wait_s``."""
         sid, n = parse_response_id(rid)
         status = (await stored(sid, n, who))["status"]
         if status != "in_progress":
-            raise Conflict(f"response {rid} is {status}; only a response in progress can be cancelled")
+            raise Conflict(f"response {rid} is {status}; only a response in progress can be cancelled",
+                           code="not_in_progress")
         await coordinator("cancel", sid, owner=who)
-        return await stored(sid, n, who)
+        deadline, pause = time.monotonic() + cfg.events_wait_s, 0.01
+        while (snap := await stored(sid, n, who))["status"] == "in_progress" and time.monotonic() < deadline:
+            await asyncio.sleep(pause)  # the session's end is published a moment after the cancel returns
+            pause = min(pause * 2, 0.25)
+        return snap
 
     @app.delete("/v1/responses/{rid:rid}", operation_id="delete_response", response_model=None,
                 responses=errors(404))

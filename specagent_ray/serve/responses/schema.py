@@ -1,10 +1,13 @@
 """``POST /v1/responses``'s body as this server publishes it: every body the schema allows is one it can
 run (or answers 403, 404, 409, 413 or 429 for reasons no schema can see), and every body it takes fits the
 schema. It is the specification's body (``response_models.ResponseCreate``) narrowed to this server: its
-models, its MCP servers, and two alternatives, a new conversation (any input items: a replayed history is
-context) and a continuation (new input only). Function tools (whose ``parameters`` are a client's JSON
-Schema, checked as ``ClientTool`` does) and ``allowed_tools`` (which names only the server's catalog
-knows) are taken but not published; a server without a client source needs one MCP tool."""
+models, its MCP servers (by label, or by a URL its operator configured), and two alternatives, a new
+conversation (any input items: a replayed history is context) and a continuation (new input only).
+Function tools and namespaces of them (whose ``parameters`` are a client's JSON Schema, checked as
+``ClientTool`` does), ``allowed_tools`` (which names only the server's catalog knows) and a ``json_schema``
+text format (whose schema only the engines' grammar can judge) are taken but not published; a tool of any
+other type is taken and dropped; a server without a client source needs one MCP tool. Objects take
+fields they do not list (ignored), unless the profile is strict (``Terms.strict``)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import Any
 
 from ..core.api import TOOL_NAME
 from .models import ResponseCreate
+from .tools import FIELDS, NEVER_FROM_CLIENTS
 from .translate import RESPONSE_ID, Terms
 
 PREFIX = "Responses"  # the components that hold the body's definitions are named Responses<Model>
@@ -30,14 +34,20 @@ def create_schema(terms: Terms) -> tuple[dict[str, Any], dict[str, Any]]:
     props["conversation"] = props["prompt"] = {"type": "null"}
     for name in ("stream", "background", "store"):
         props[name] = {"type": ["boolean", "null"]}
-    first = {**base, "title": "a new conversation", "additionalProperties": False,
+    closed = {"additionalProperties": False} if terms.strict else {}
+    for d in defs.values():
+        d.update(closed if "properties" in d else {})
+    first = {**base, "title": "a new conversation", **closed,
              "required": ["model", "input", *([] if terms.function_source else ["tools"])],
              "properties": {**props, "previous_response_id": {"type": "null"}}}
-    more = {**base, "title": "a continuation", "additionalProperties": False,
+    more = {**base, "title": "a continuation", **closed,
             "required": ["model", "input", "previous_response_id"],
             "properties": {**props, "previous_response_id": {"type": "string", "pattern": RESPONSE_ID.pattern},
                            "input": _new_input(props["input"])}}
     defs[f"{PREFIX}UserInput"] = _user_input(defs[f"{PREFIX}MessageItem"])
+    # json_schema is taken where the engines' grammar compiles its schema (``OutputFormat``): not published
+    fmt = defs[f"{PREFIX}TextFormat"]["properties"]
+    fmt["type"], fmt["schema"] = {"enum": ["text", "json_object"]}, {"type": "null"}
     return {"title": "ResponseCreate", "anyOf": [first, more]}, defs
 
 
@@ -62,13 +72,25 @@ def _user_input(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tools(terms: Terms) -> dict[str, Any]:
+    """MCP tools (at most one per server; at least one without a client source), and tools of any type
+    this server does not host (dropped)."""
     names = {"type": "array", "maxItems": 128,
              "items": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": TOOL_NAME}}
     rule = {"anyOf": [{"enum": ["always", "never", None]}, {"type": "object", "additionalProperties": False, "properties": {
         side: {"type": "object", "additionalProperties": False, "properties": {"tool_names": names}}
         for side in ("always", "never")}}]}
-    mcp = {"type": "object", "required": ["type", "server_label"], "additionalProperties": False, "properties": {
-        "type": {"const": "mcp"}, "server_label": {"enum": list(terms.mcp)}, "require_approval": rule,
-        "server_description": {"type": ["string", "null"], "maxLength": 2000}}}
-    return {"type": "array", "minItems": 0 if terms.function_source else 1, "maxItems": max(len(terms.mcp), 1),
-            "items": mcp}
+    common = {"type": {"const": "mcp"}, "require_approval": rule, "allowed_tools": {"type": "null"},
+              "server_description": {"type": ["string", "null"], "maxLength": 2000},
+              **{k: {"type": "null"} for k in NEVER_FROM_CLIENTS}}
+    closed = {"additionalProperties": False} if terms.strict else {}
+    by_label = {"type": "object", "required": ["type", "server_label"], **closed, "properties": {
+        **common, "server_label": {"enum": list(terms.mcp)}, "server_url": {"type": "null"}}}
+    by_url = [{"type": "object", "required": ["type", "server_url"], **closed, "properties": {
+        **common, "server_url": {"enum": [u for u, s in terms.mcp_urls.items() if s == source]},
+        "server_label": {"anyOf": [{"type": "null"}, {"type": "string", "not": {"enum": [
+            m for m in terms.mcp if m != source]}}]}}} for source in dict.fromkeys(terms.mcp_urls.values())]
+    mcp = {"anyOf": [by_label, *by_url]}
+    other = {"type": "object", "required": ["type"], "properties": {"type": {"type": "string", "not": {
+        "enum": list(FIELDS)}}}}
+    return {"type": "array", "maxItems": 128, "items": {"anyOf": [mcp, other]},
+            **({} if terms.function_source else {"contains": mcp, "maxContains": max(len(terms.mcp), 1)})}

@@ -7,11 +7,13 @@ a turn of it: ``responses/inputs.py``); with it, a ``TurnPost`` to that session.
 state: the session log does (``responses/items.py`` reads it back).
 
 Every field the specification allows is taken (``responses/models.py``); each is honoured or echoed as
-applied in the response object (``applied``; docs/serving.md has the table). Refusals (400, with the
-field in ``param``): a field no specification has; a tool that would make the server reach a URL of the
-client's choosing; a tool type this server does not host (unless its operator drops them); an unknown
-model (a method the profile does not serve is the coordinator's 403); a continuation that changes the
-conversation's model, instructions or tools (409: the conversation has them).
+applied in the response object (``applied``; docs/serving.md has the table). A field this server does not
+know is ignored and named (``ignored``), or refused where the profile is strict. A tool type it does not
+host is dropped (``dropped``) unless its operator refuses them. Refusals (400, with the field in
+``param``), strict or not: a tool that would make the server reach a URL or use credentials of the
+client's choosing (an MCP ``server_url`` is taken only where it is exactly one its operator configured);
+a stored prompt; an unknown model (a method the profile does not serve is the coordinator's 403); a
+continuation that changes the conversation's model, instructions or tools (409: the conversation has them).
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from ...protocol.baselines import METHODS
-from ..core.api import Approval, ClientTool, CreateSession, SourceUse, ToolResult, UserMessage
+from ..core.api import CreateSession, OutputFormat, Sampling, ToolResult, UserMessage
 from ..core.config import AppConfig, ClientSource, McpSource, OpenAIEngines, SimEngines
 from ..core.errors import BadRequest, Conflict, NotFound
 from ..log.records import TurnMeta
@@ -37,42 +39,54 @@ from .models import (
     McpApprovalResponseItem,
     MessageItem,
     ResponseCreate,
+    unknown_fields,
+)
+from .tools import (
+    allowed_choice,
+    echoed_tools,
+    normal_url,
+    tool_fields,
+    tools_of,
+    validated,
 )
 
 RESPONSE_ID = re.compile(r"^resp_(\d{1,3}-[0-9a-f]{16})_(\d{1,6})$")
-NEVER_FROM_CLIENTS = ("server_url", "headers", "authorization", "connector_id")  # the server picks what it reaches
-HOSTED = ("mcp", "function")  # tool types this server runs; any other is refused or dropped (``Terms.unhosted``)
 SAMPLING = {"temperature": 0.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_logprobs": 0}
-
-__all__ = ["ResponseCreate", "Terms", "create_request", "turn_post", "applied", "meta", "parallel_of"]
+__all__ = ["ResponseCreate", "Terms", "applied", "create_request", "meta", "parallel_of", "turn_post"]
 
 
 @dataclass(frozen=True)
 class Terms:
-    """What the Responses API of this server offers: its models, its tool sources, what it does with a
-    tool type it does not host, and whether its engines read only text (then an image is refused)."""
+    """What the Responses API of this server offers: its models, its tool sources (MCP ones by label and
+    by each configured URL), what it does with a tool type it does not host and with a field it does not
+    know, whether its engines read only text (then an image is refused) and sample as asked."""
 
     methods: tuple[str, ...]
     aliases: Mapping[str, str]
     mcp: tuple[str, ...]
     function_source: str | None
-    unhosted: Literal["refuse", "drop"] = "refuse"
+    unhosted: Literal["refuse", "drop"] = "drop"
     text_only_model: str | None = None  # the model an image or a file is refused for, if the engines read text only
     counter: TokenCounter = field(default_factory=TokenCounter)  # POST /v1/responses/input_tokens
     parallel: bool = False  # the profile's defaults.parallel_calls: the most parallel_tool_calls can turn on
+    strict: bool = False  # gateway.strict_fields: a field this server does not know is refused, not ignored
+    sampled: bool = False  # the engines sample as asked (OpenAI-compatible ones); scripted ones decode nothing
+    mcp_urls: Mapping[str, str] = field(default_factory=dict)  # each configured url and alias (normal_url) -> source
 
     @classmethod
     def of(cls, cfg: AppConfig) -> Terms | None:
         """The terms of a server with config ``cfg``; None where no response could run (no MCP or client
         tool source, or simulated engines, which only replay benchmarks): it serves no Responses routes."""
         clients = [n for n, s in cfg.tool_sources.items() if isinstance(s, ClientSource)]
-        mcp = tuple(n for n, s in cfg.tool_sources.items() if isinstance(s, McpSource))
-        if isinstance(cfg.engines, SimEngines) or not (mcp or clients):
+        servers = {n: s for n, s in cfg.tool_sources.items() if isinstance(s, McpSource)}
+        if isinstance(cfg.engines, SimEngines) or not (servers or clients):
             return None
         verifier = cfg.engines.verifier if isinstance(cfg.engines, OpenAIEngines) else None
-        return cls(tuple(cfg.methods), dict(cfg.gateway.model_aliases), mcp, clients[0] if clients else None,
-                   cfg.gateway.unhosted_tools, verifier.model if verifier else None, TokenCounter(verifier),
-                   cfg.defaults.parallel_calls)
+        urls = {u: n for n, s in servers.items() for given in (s.url, *s.url_aliases) if (u := normal_url(given))}
+        return cls(tuple(cfg.methods), dict(cfg.gateway.model_aliases), tuple(servers),
+                   clients[0] if clients else None, cfg.gateway.unhosted_tools, verifier.model if verifier else None,
+                   TokenCounter(verifier), cfg.defaults.parallel_calls, cfg.gateway.strict_fields,
+                   isinstance(cfg.engines, OpenAIEngines), urls)
 
     def method(self, model: str) -> str:
         """The method ``model`` names (400 for a name that is neither a method nor an alias)."""
@@ -95,11 +109,23 @@ def parse_response_id(rid: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
-def refused(body: ResponseCreate) -> None:
-    """400 for what no server of this kind does: stored prompts."""
+def refused(body: ResponseCreate, terms: Terms) -> None:
+    """400 for what no server of this kind does: stored prompts; and, where the profile is strict, for a
+    field it does not know."""
     if body.prompt is not None:
         raise BadRequest("prompt: this server keeps no stored prompt templates; send instructions and input",
                          "prompt", "unsupported_parameter")
+    ignored(body, terms.strict)
+
+
+def ignored(body: BaseModel, strict: bool) -> list[str]:
+    """The fields of a request body that this server does not know, as dotted paths (``client_metadata``,
+    ``tools.defer_loading``, ``input.content.x``): those of its models (``models.unknown_fields``) and of
+    its hosted tools. Nothing reads them; ``strict``: the first is refused instead (400 unknown_parameter)."""
+    found = sorted(unknown_fields(body) | tool_fields(getattr(body, "tools", None)))
+    if found and strict:
+        raise BadRequest(f"unknown parameter: {found[0]}", found[0], "unknown_parameter")
+    return found
 
 
 def parallel_of(body: ResponseCreate, terms: Terms) -> bool:
@@ -109,18 +135,59 @@ def parallel_of(body: ResponseCreate, terms: Terms) -> bool:
     return terms.parallel and body.parallel_tool_calls is not False
 
 
-def applied(body: ResponseCreate, tools: list[dict[str, Any]], parallel: bool = False) -> dict[str, Any]:
-    """The response object's fields that say what was applied of ``body``. Sampling: the engines decode
-    greedily (temperature 0) whatever was asked; an action holds several tool calls only where the
-    session runs with ``parallel`` calls; nothing is truncated; the final message is text; reasoning
-    settings are not passed on."""
-    choice = body.tool_choice if body.tool_choice == "none" or _allowed_choice(body.tool_choice) else "auto"
+def sampling_of(body: ResponseCreate) -> Sampling | None:
+    """The sampling a request asks (None: none); ``top_p: 0`` keeps only the likeliest token: greedy."""
+    asked = {"temperature": body.temperature, "top_p": body.top_p, "max_output_tokens": body.max_output_tokens}
+    if body.top_p == 0:
+        asked.update(temperature=0.0, top_p=None)
+    given = {k: v for k, v in asked.items() if v is not None}
+    return validated(Sampling, **given) if given else None
+
+
+def format_of(body: ResponseCreate) -> OutputFormat | None:
+    """The final message's form that ``text.format`` asks: a JSON object (one its schema accepts), or
+    None for text."""
+    fmt = body.text.format if body.text is not None else None
+    if fmt is not None and fmt.type != "json_schema" and fmt.schema_ is not None:
+        raise BadRequest(f"text.format: a {fmt.type} format takes no schema (json_schema does)",
+                         "text.format.schema", "invalid_value")
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return validated(OutputFormat, type="json_object")
+    return validated(OutputFormat, type="json_schema", name=fmt.name, schema=fmt.schema_, strict=fmt.strict)
+
+
+def applied(body: ResponseCreate, tools: list[dict[str, Any]], parallel: bool = False,
+            session: CreateSession | None = None, sampled: bool = False) -> dict[str, Any]:
+    """The response object's fields that say what was applied of ``body``, in a session created with
+    ``session`` (whose sampling and format were fixed then; ``body``'s own where None). Sampling: what was
+    asked where the engines sample (``sampled``), else what they do (greedy, no token limit); the final
+    message's format, which every engine applies; an action holds several tool calls only where the
+    session runs with ``parallel`` calls; nothing is truncated; reasoning settings are not passed on."""
+    choice = body.tool_choice if body.tool_choice == "none" or allowed_choice(body.tool_choice) else "auto"
     choice = choice.model_dump(mode="json", exclude_none=True) if isinstance(choice, AllowedToolsChoice) else choice
-    return {**SAMPLING, "tool_choice": choice, "parallel_tool_calls": parallel, "truncation": "disabled",
-            "text": {"format": {"type": "text"}}, "reasoning": None, "max_output_tokens": None,
+    sampling = (session.sampling if session is not None else sampling_of(body)) if sampled else None
+    fmt = session.output_format if session is not None else format_of(body)
+    return {**SAMPLING, **_sampling_echo(sampling), "tool_choice": choice, "parallel_tool_calls": parallel,
+            "truncation": "disabled", "text": {"format": _format_echo(fmt)}, "reasoning": None,
             "max_tool_calls": None, "service_tier": "default", "safety_identifier": body.safety_identifier,
             "prompt_cache_key": body.prompt_cache_key, "user": body.user, "tools": tools,
-            "conversation": {"id": conversation} if (conversation := _conversation_id(body)) else None}
+            "conversation": {"id": conversation} if (conversation := _conversation_id(body)) else None,
+            # a handoff or a fork starts a new session, yet continues the response the client named
+            **({"previous_response_id": body.previous_response_id} if body.previous_response_id else {})}
+
+
+def _sampling_echo(sampling: Sampling | None) -> dict[str, Any]:
+    s = sampling or Sampling()
+    return {"temperature": SAMPLING["temperature"] if s.temperature is None else s.temperature,
+            "top_p": SAMPLING["top_p"] if s.top_p is None else s.top_p, "max_output_tokens": s.max_output_tokens}
+
+
+def _format_echo(fmt: OutputFormat | None) -> dict[str, Any]:
+    if fmt is None or fmt.type == "json_object":
+        return {"type": "text" if fmt is None else "json_object"}
+    return {"type": "json_schema", "name": fmt.name, "schema": fmt.schema_, "strict": fmt.strict}
 
 
 def _conversation_id(body: ResponseCreate) -> str | None:
@@ -128,11 +195,13 @@ def _conversation_id(body: ResponseCreate) -> str | None:
     return value if value is None or isinstance(value, str) else value.id
 
 
-def meta(body: ResponseCreate, created_at: int, tools: list[dict[str, Any]], parallel: bool = False) -> TurnMeta:
-    """The turn's ``TurnMeta``; ``parallel``: whether its session runs with parallel calls (echoed)."""
+def meta(body: ResponseCreate, created_at: int, tools: list[dict[str, Any]], parallel: bool = False,
+         session: CreateSession | None = None, sampled: bool = False) -> TurnMeta:
+    """The turn's ``TurnMeta``; ``parallel``: whether its session runs with parallel calls (echoed);
+    ``session`` and ``sampled``: as ``applied`` takes them."""
     return TurnMeta(model=body.model, metadata=body.metadata or {}, background=bool(body.background),
                     created_at=created_at, tools=tools, store=body.store is not False,
-                    echo=applied(body, tools, parallel))
+                    echo=applied(body, tools, parallel, session, sampled))
 
 
 # -- a new conversation ----------------------------------------------------------------------------------
@@ -140,17 +209,18 @@ def meta(body: ResponseCreate, created_at: int, tools: list[dict[str, Any]], par
 def create_request(body: ResponseCreate, terms: Terms, reading: Reading | None = None) -> CreateSession:
     """The session a first response starts (400 naming whatever this server cannot do). Its input's
     history (everything up to the agent's last item) and any function call outputs or approval answers
-    are context; the user messages after the history open the session."""
-    refused(body)
+    are context; the user messages after the history open the session. Its sampling and the final
+    message's format are the request's, for the whole session."""
+    refused(body, terms)
     reading = reading if reading is not None else read_input(body)
     _media(reading, terms)
     users = [i for i in reading.new if isinstance(i, MessageItem)]
     opening = "\n\n".join(t for i in users if (t := text(i.content)))
     earlier = [*reading.history, *(i for i in reading.new if not isinstance(i, MessageItem))]
-    return _validated(CreateSession, message=opening or CONTINUE, user="client", method=terms.method(body.model),
-                      instructions=instructions_of(body, reading), context=context(earlier),
-                      parallel_calls=parallel_of(body, terms), **tools_of(body, terms))
-
+    return validated(CreateSession, message=opening or CONTINUE, user="client", method=terms.method(body.model),
+                     instructions=instructions_of(body, reading), context=context(earlier),
+                     parallel_calls=parallel_of(body, terms), sampling=sampling_of(body),
+                     output_format=format_of(body), **tools_of(body, terms))
 
 def read_input(body: ResponseCreate) -> Reading:
     return read([MessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input)
@@ -169,127 +239,13 @@ def _media(reading: Reading, terms: Terms) -> None:
                          "input", "unsupported_content")
 
 
-def echoed_tools(body: ResponseCreate) -> list[dict[str, Any]]:
-    """The tools the agent really has: the request's, less any unhosted type the operator drops, each
-    function tool with every field the specification's ``FunctionTool`` has."""
-    return [{"type": "function", "name": t.get("name"), "description": t.get("description"),
-             "parameters": t.get("parameters"), "strict": t.get("strict")} if t.get("type") == "function" else t
-            for t in body.tools or [] if t.get("type") in HOSTED]
-
-
-def tools_of(body: ResponseCreate, terms: Terms) -> dict[str, Any]:
-    """The session's tool fields (``CreateSession``'s ``tool_source``, ``client_tools``, ``allowed_tools``,
-    ``approval``, ``more_sources``) of a request's ``tools`` and ``tool_choice`` (``none`` takes every tool
-    away; ``allowed_tools`` narrows them). Function tools and any number of MCP servers mix: the function
-    tools' client source comes first where there are function tools, else the first MCP server."""
-    tools = body.tools or []
-    other = sorted({str(t.get("type")) for t in tools} - set(HOSTED))
-    if other and terms.unhosted == "refuse":
-        raise BadRequest(f"tool type{'s' if len(other) > 1 else ''} {', '.join(other)} not hosted here (this server "
-                         "runs the MCP servers its operator configured, and function tools); an operator can "
-                         "drop such tools with gateway.unhosted_tools: drop", "tools", "unsupported_tool_type")
-    keep = _kept(body.tool_choice)
-    servers = [_mcp(t, terms, keep) for t in tools if t.get("type") == "mcp"]
-    if len({u.tool_source for u in servers}) < len(servers):
-        raise BadRequest("tools: an MCP server is listed twice", "tools", "duplicate_tool")
-    functions = [_function(t) for t in tools if t.get("type") == "function"]
-    if servers and not functions:
-        first = servers[0]
-        return {"tool_source": first.tool_source, "client_tools": [], "allowed_tools": first.allowed_tools,
-                "approval": first.approval, "more_sources": servers[1:]}
-    if terms.function_source is None:
-        raise BadRequest("this server has no client tool source: function tools (and no tools) need one", "tools")
-    return {"tool_source": terms.function_source, "allowed_tools": None, "approval": None, "more_sources": servers,
-            "client_tools": [c for c in functions if keep is None or c.name in keep]}
-
-
-def _allowed_choice(choice: Any) -> bool:
-    return isinstance(choice, AllowedToolsChoice)
-
-
-def _kept(choice: Any) -> set[str] | None:
-    """The tool names ``tool_choice`` keeps: none for ``none``, those ``allowed_tools`` lists, or all (None)."""
-    if choice == "none":
-        return set()
-    if isinstance(choice, AllowedToolsChoice):
-        return {t.name for t in choice.tools if t.name}
-    return None
-
-
-def _mcp(tool: dict[str, Any], terms: Terms, keep: set[str] | None) -> SourceUse:
-    named = [k for k in NEVER_FROM_CLIENTS if tool.get(k) is not None]
-    if named:
-        raise BadRequest(f"mcp tool: {', '.join(named)} cannot come from a client; name a server this server's "
-                         f"operator configured by server_label ({', '.join(terms.mcp) or 'none here'})",
-                         f"tools.{named[0]}", "client_chosen_server")
-    unknown = sorted(set(tool) - {"type", "server_label", "allowed_tools", "require_approval", "server_description",
-                                  *NEVER_FROM_CLIENTS})
-    if unknown:
-        raise BadRequest(f"mcp tool: unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
-                         f"tools.{unknown[0]}", "unknown_parameter")
-    described = tool.get("server_description")
-    if described is not None and (not isinstance(described, str) or len(described) > 2000):
-        raise BadRequest("mcp tool: server_description is a string of up to 2000 characters",
-                         "tools.server_description")
-    label = tool.get("server_label")
-    if label not in terms.mcp:
-        raise BadRequest(f"mcp tool: no MCP server labelled {label!r} here; this server offers: "
-                         f"{', '.join(terms.mcp) or 'none'}", "tools.server_label", "mcp_server_not_found")
-    allowed = _allowed(tool.get("allowed_tools"))
-    if keep is not None:
-        allowed = [n for n in allowed if n in keep] if allowed is not None else sorted(keep)
-    rule = tool.get("require_approval")
-    return _validated(SourceUse, tool_source=label, allowed_tools=allowed,
-                      approval=approval_of("never" if rule is None else rule))
-
-
-def _allowed(allowed: Any) -> list[str] | None:
-    if allowed is None or isinstance(allowed, list):
-        return allowed
-    if isinstance(allowed, dict) and set(allowed) <= {"tool_names", "read_only"} and not allowed.get("read_only"):
-        return allowed.get("tool_names")
-    raise BadRequest("mcp tool: allowed_tools is a list of tool names or {tool_names: [...]} here",
-                     "tools.allowed_tools")
-
-
-def approval_of(rule: Any) -> Approval | None:
-    """``require_approval`` as an approval rule: "never" (the default: the verifier approves writes),
-    "always" (every verified write waits for the client), or {always: {tool_names}, never: {tool_names}}.
-    Reads never wait for approval: they run while the draft is written."""
-    if rule == "never":
-        return None
-    if rule == "always":
-        return Approval()
-    if not isinstance(rule, dict) or not set(rule) <= {"always", "never"}:
-        raise BadRequest("mcp tool: require_approval is 'always', 'never' or {always: {tool_names}, never: {...}}",
-                         "tools.require_approval")
-    sides = {side: rule.get(side) or {} for side in ("always", "never")}
-    for side, names in sides.items():
-        if not isinstance(names, dict) or not set(names) <= {"tool_names"}:
-            raise BadRequest(f"mcp tool: require_approval.{side} takes tool_names only (reads never wait here)",
-                             "tools.require_approval")
-    always = sides["always"].get("tool_names")
-    return _validated(Approval, tools=always if "always" in rule else None,
-                      exempt=sides["never"].get("tool_names") or [])
-
-
-def _function(tool: dict[str, Any]) -> ClientTool:
-    """A function tool: WRITE unless it says ``read_only: true`` and the server trusts its client source."""
-    unknown = sorted(set(tool) - {"type", "name", "description", "parameters", "strict", "read_only"})
-    if unknown:
-        raise BadRequest(f"function tool: unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
-                         f"tools.{unknown[0]}", "unknown_parameter")
-    fields = {k: tool[k] for k in ("name", "description", "read_only") if tool.get(k) is not None}
-    return _validated(ClientTool, **fields, **({"parameters": tool["parameters"]} if tool.get("parameters") else {}))
-
-
 # -- a continuation ---------------------------------------------------------------------------------------
 
 def turn_post(body: ResponseCreate, previous: int, request: CreateSession, terms: Terms, created_at: int,
               new: Sequence[Any] | None = None) -> TurnPost:
     """The next turn of a conversation whose session was created with ``request``; ``new``: its new
     input items (all of ``input`` unless a replay's history was read off)."""
-    refused(body)
+    refused(body, terms)
     reading = read_input(body)
     if new is None:
         if reading.history:
@@ -314,27 +270,17 @@ def turn_post(body: ResponseCreate, previous: int, request: CreateSession, terms
     if not inputs:
         raise BadRequest("input: nothing new to continue with (a user message, function_call_output or "
                          "mcp_approval_response)", "input")
-    return _validated(TurnPost, previous=previous, inputs=inputs,
-                      meta=meta(body, created_at, echoed_tools(body), parallel))
+    return validated(TurnPost, previous=previous, inputs=inputs,
+                     meta=meta(body, created_at, echoed_tools(body, terms), parallel, request, terms.sampled))
 
 
 def _input(item: Any) -> UserMessage | ToolResult | ApprovalPost | None:
     if isinstance(item, MessageItem):
         said = text(item.content)
-        return _validated(UserMessage, text=said) if said else None
+        return validated(UserMessage, text=said) if said else None
     if isinstance(item, FunctionCallOutputItem):
-        return _validated(ToolResult, call_id=item.call_id, content=text(item.output))
+        return validated(ToolResult, call_id=item.call_id, content=text(item.output))
     if isinstance(item, McpApprovalResponseItem):
-        return _validated(ApprovalPost, approval_request_id=item.approval_request_id, approve=item.approve,
-                          reason=item.reason)
+        return validated(ApprovalPost, approval_request_id=item.approval_request_id, approve=item.approve,
+                         reason=item.reason)
     return None
-
-
-def _validated(model: type[BaseModel], **fields: Any) -> Any:
-    """``model(**fields)``; a validation error is a 400 that names the field and the problem."""
-    try:
-        return model(**fields)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or model.__name__
-        raise BadRequest(f"{model.__name__.lower()}: {where}: {first['msg']}") from None

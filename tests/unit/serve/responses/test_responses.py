@@ -4,23 +4,31 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
-from pydantic import ValidationError
 
 from specagent_ray.models.plan import PlanPolicy, PlanVerifier, parse_plan
-from specagent_ray.protocol.types import Action, Effect, History, Observation, Step, Task, ToolCall
+from specagent_ray.protocol.types import (
+    Action,
+    Effect,
+    History,
+    Observation,
+    Step,
+    Task,
+    ToolCall,
+)
 from specagent_ray.serve.core.api import Approval, ToolResult, UserMessage
 from specagent_ray.serve.core.errors import BadRequest, Conflict, NotFound
 from specagent_ray.serve.log.records import TurnMeta
 from specagent_ray.serve.responses.inputs import continues
 from specagent_ray.serve.responses.items import output_items, status_of, usage
+from specagent_ray.serve.responses.tools import approval_of, dropped, echoed_tools
 from specagent_ray.serve.responses.translate import (
     ResponseCreate,
     Terms,
-    approval_of,
     create_request,
-    echoed_tools,
+    ignored,
     meta,
     parse_response_id,
     read_input,
@@ -29,6 +37,7 @@ from specagent_ray.serve.responses.translate import (
 from specagent_ray.serve.sessions.turns import ApprovalPost, Approvals, TurnPost, Turns
 
 TERMS = Terms(("specagent", "strong"), {"agent": "specagent"}, ("bank",), "app")
+STRICT = replace(TERMS, strict=True)
 
 
 def body(**fields) -> ResponseCreate:
@@ -41,14 +50,17 @@ def body(**fields) -> ResponseCreate:
     ({"type": "mcp", "server_label": "bank", "server_url": "http://169.254.169.254/"}, "server_url"),
     ({"type": "mcp", "server_label": "bank", "headers": {"Authorization": "x"}}, "headers"),
     ({"type": "mcp", "server_label": "bank", "authorization": "token"}, "authorization"),
+    ({"type": "mcp", "server_label": "bank", "connector_id": "connector_gmail"}, "connector_id"),
     ({"type": "mcp", "server_label": "nowhere"}, "'nowhere'"),
-    ({"type": "web_search"}, "web_search"),
-    ({"type": "function", "name": "f", "x-secret": 1}, "x-secret"),
+    ({"type": "namespace", "name": "crm.v2", "description": "d", "tools": [{"type": "function", "name": "f"}]},
+     "namespace"),
+    ({"name": "f"}, "type"),
 ])
-def test_a_tool_the_server_cannot_honour_is_refused_by_name(tool, named):
-    with pytest.raises(BadRequest, match=named) as refused:
-        create_request(body(tools=[tool]), TERMS)
-    assert refused.value.param.startswith("tools") and refused.value.code
+def test_a_tool_the_server_cannot_honour_is_refused_by_name_strict_or_not(tool, named):
+    for terms in (TERMS, STRICT):
+        with pytest.raises(BadRequest, match=named) as refused:
+            create_request(body(tools=[tool]), terms)
+        assert refused.value.param.startswith("tools") and refused.value.code
 
 
 def test_every_field_the_specification_allows_is_taken_and_the_echo_says_what_was_applied():
@@ -69,12 +81,18 @@ def test_every_field_the_specification_allows_is_taken_and_the_echo_says_what_wa
 
 @pytest.mark.parametrize("field", ["temperature", "store", "include", "reasoning", "prompt_cache_key",
                                    "max_output_tokens", "parallel_tool_calls"])
-def test_a_field_the_specification_has_is_never_refused_and_one_it_lacks_always_is(field):
+def test_a_field_the_specification_has_is_never_refused_and_one_it_lacks_is_ignored_unless_strict(field):
     values = {"temperature": 1, "store": False, "include": [], "reasoning": {"effort": "high"},
               "prompt_cache_key": "x", "max_output_tokens": 100, "parallel_tool_calls": False}
-    ResponseCreate.model_validate({"model": "specagent", "input": "hi", field: values[field]})
-    with pytest.raises(ValidationError, match="Extra inputs"):
-        ResponseCreate.model_validate({"model": "specagent", "input": "hi", f"x_{field}": values[field]})
+    known = ResponseCreate.model_validate({"model": "specagent", "input": "hi", field: values[field]})
+    assert ignored(known, strict=True) == [] and known.model_dump(exclude_none=True)[field] == values[field]
+    unknown = ResponseCreate.model_validate({"model": "specagent", "input": "hi", f"x_{field}": values[field]})
+    assert ignored(unknown, strict=False) == [f"x_{field}"]
+    assert f"x_{field}" not in unknown.model_dump()  # taken, and read by nothing
+    with pytest.raises(BadRequest, match=f"unknown parameter: x_{field}") as refused:
+        create_request(unknown, STRICT)
+    assert (refused.value.param, refused.value.code) == (f"x_{field}", "unknown_parameter")
+    assert create_request(unknown, TERMS).message == "hi"
 
 
 def test_a_create_maps_model_tools_and_approval_onto_one_session():
@@ -105,14 +123,18 @@ def test_tool_choice_none_takes_the_tools_away_and_allowed_tools_narrows_them():
     assert bank.allowed_tools == []
 
 
-def test_unhosted_tool_types_are_refused_unless_the_operator_drops_them():
-    asked = body(tools=[{"type": "web_search"}, {"type": "function", "name": "f"}])
-    with pytest.raises(BadRequest, match="unhosted_tools"):
-        create_request(asked, TERMS)
-    dropping = Terms(("specagent", "strong"), {"agent": "specagent"}, ("bank",), "app", unhosted="drop")
-    assert [t.name for t in create_request(asked, dropping).client_tools] == ["f"]
-    assert echoed_tools(asked) == [{"type": "function", "name": "f", "description": None, "parameters": None,
-                                    "strict": None}]
+def test_unhosted_tool_types_are_dropped_by_default_and_refused_where_the_operator_says_so():
+    asked = body(tools=[{"type": "web_search"}, {"type": "function", "name": "f"}, {"type": "file_search"},
+                        {"type": "web_search", "search_context_size": "low"}])
+    assert [t.name for t in create_request(asked, TERMS).client_tools] == ["f"]
+    assert dropped(asked) == ["web_search", "file_search"]
+    assert echoed_tools(asked, TERMS) == [{"type": "function", "name": "f", "description": None, "parameters": None,
+                                           "strict": None}]
+    assert ignored(asked, strict=True) == []  # a dropped tool's fields are not read, so none is unknown
+    refusing = replace(TERMS, unhosted="refuse")
+    with pytest.raises(BadRequest, match="unhosted_tools") as refused:
+        create_request(asked, refusing)
+    assert refused.value.code == "unsupported_tool_type" and "web_search, file_search" in refused.value.message
 
 
 def test_system_and_developer_messages_join_the_instructions_and_images_reach_only_engines_that_read_them():
