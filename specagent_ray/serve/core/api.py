@@ -47,7 +47,7 @@ class ClientTool(Body):
     """A tool the client runs itself. ``read_only`` is a hint, trusted only for trusted client sources."""
 
     name: Annotated[str, ToolName]
-    description: str = Field("", max_length=2000)
+    description: str = Field("", max_length=100_000)  # a coding agent's tool descriptions run to 10k characters
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}},
                                        description="a JSON Schema: at most 16 KiB and 16 levels deep, patterns in "
                                        "RE2 syntax, no patternProperties (422 otherwise)")

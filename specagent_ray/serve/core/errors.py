@@ -103,21 +103,29 @@ def documented(*statuses: int, body_schema: str = "ErrorDetail") -> dict[int | s
                      **({"headers": HEADERS[status]} if status in HEADERS else {})} for status in sorted(statuses)}
 
 
-RESPONSES = ("/v1/responses", "/v1/conversations", "/v1/models")  # OpenAI's APIs here: errors in OpenAI's shape
+RESPONSES = ("/v1/responses", "/v1/conversations", "/v1/models", "/v1/chat/completions",  # OpenAI's APIs here:
+             "/v1/messages")  # errors in OpenAI's shape; Anthropic's Messages API in Anthropic's (``MESSAGES``)
+MESSAGES = "/v1/messages"
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 409: "invalid_request_error", 413: "request_too_large",
+                   429: "rate_limit_error", 500: "api_error", 503: "overloaded_error"}
 OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 409: "conflict_error", 413: "invalid_request_error", 429: "rate_limit_error"}
 CODES = {400: "invalid_request", 401: "invalid_api_key", 403: "permission_denied", 404: "not_found",
-         405: "method_not_allowed", 409: "conflict", 413: "request_too_large", 422: "invalid_request", 429: "rate_limit_exceeded",
-         500: "server_error", 503: "service_unavailable"}  # an error's code where it names none more precise
+         405: "method_not_allowed", 409: "conflict", 413: "request_too_large", 422: "invalid_request",
+         429: "rate_limit_exceeded", 500: "server_error", 503: "service_unavailable"}  # an error's code where it names none more precise
 
 
 def error_body(path: str, status: int, message: str, param: str | None = None,
                code: str | None = None) -> dict[str, Any]:
-    """An error's body: ``{"detail": ...}`` on the sessions API, OpenAI's ``{"error": {...}}`` on the
-    Responses API's routes, whose clients (the OpenAI SDK) read the message from there; its ``code`` is
-    always a string (the status's own where the error names none)."""
+    """An error's body: ``{"detail": ...}`` on the sessions API; Anthropic's ``{"type": "error", "error":
+    {...}}`` on the Messages API; OpenAI's ``{"error": {...}}`` on its APIs' routes, whose clients (the
+    OpenAI SDK) read the message from there, its ``code`` always a string (the status's own where the
+    error names none)."""
     if not path.startswith(RESPONSES):
         return {"detail": message}
+    if path.startswith(MESSAGES):  # Anthropic's shape: its SDK reads error.type and error.message
+        return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
     return {"error": {"message": message, "type": OPENAI_TYPES.get(status, "server_error"), "param": param,
                       "code": code or CODES.get(status, "server_error")}}
 
