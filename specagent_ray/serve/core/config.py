@@ -241,6 +241,18 @@ class ClientSource(TieredSource):
 
     kind: Literal["client"] = "client"
     trusted: bool = False
+    read_tools: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list, max_length=256, description="tool names this server trusts as reads whatever a "
+        "client says (a coding agent's file read, search and list tools): their drafted calls go out while the "
+        "draft is written. Chat Completions and Anthropic Messages have no read-only flag, so there every other "
+        "function tool is a write, verified before it goes out. An override of the same tool wins")
+
+    def reads(self) -> dict[str, TierName]:
+        """The per-tool tiers: ``read_tools`` as reads, then ``overrides`` over them."""
+        return {**{name: "read" for name in self.read_tools}, **self.overrides}
+
+    def tier_table(self, base: TierTable, name: str = "") -> TierTable:
+        return base.overridden(self.reads(), [r.rule() for r in self.tier_rules])
 
 
 ToolSource = Annotated[Tau2Source | BfclSource | McpSource | ClientSource, Field(discriminator="kind")]

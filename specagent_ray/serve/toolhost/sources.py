@@ -187,7 +187,7 @@ class ToolSources:
             from ...tools.mcp import effect_of
 
             return Catalog({t.name: t.parameters for t in req.client_tools},
-                           {t.name: effect_of(t.name, t.read_only, source.trusted, source.overrides)
+                           {t.name: effect_of(t.name, t.read_only, source.trusted, source.reads())
                             for t in req.client_tools}).of_source(source, req.tool_source)
         if isinstance(source, BfclSource):  # each case has its own backends: a catalog per case
             from ...tools.bfcl import effect, load_cases
