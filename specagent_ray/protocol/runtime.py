@@ -44,6 +44,7 @@ from .types import (
     Tier,
     ToolCall,
     Trajectory,
+    Unavailable,
     Usage,
     Verdict,
 )
@@ -335,6 +336,8 @@ class Run:
                 if action.kind is ActionKind.TOOL:
                     return await self.parts.tools.execute(action.call)  # type: ignore[arg-type]
                 return await self.parts.user.reply(action.text)
+            except Unavailable:  # the infrastructure's failure is never the tool's answer
+                raise
             except Exception as exc:  # the tool's failure is data for the agent, not a crash of the run
                 self.note("tool_error", f"{action.describe()}: {type(exc).__name__}: {exc}", action)
                 span.set("error.type", type(exc).__name__)

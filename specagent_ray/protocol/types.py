@@ -181,6 +181,13 @@ class Observation:
         return Observation(content, error=all(p.error for p in parts), parts=tuple(parts))
 
 
+class Unavailable(Exception):
+    """A step could not be carried out now for a reason outside the tool: the write's intent could not be
+    stored (the session log paused past its patience, or this host was fenced), or the tool's host is not
+    there. Never an observation: the run stops with it, the step's write has not run (or runs once, under
+    its key, when a successor resumes the session), and the host ends the session with the reason."""
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """A (possibly staged) step. ``observation is None`` means staged, ``(a, ⊥)`` in the paper."""

@@ -50,12 +50,22 @@ class CoordinatorConfig(Strict):
     retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429")
     retain_finished: int = Field(10_000, ge=1, description="finished sessions kept in memory for their "
                                  "trajectory; older ones are dropped (their records stay in the session log)")
-    lease_s: float = Field(5.0, gt=0, le=300, description="session log lease period: a coordinator that cannot "
-                           "renew its lease for this long stops acting, and a successor waits this long for it")
+    lease_s: float = Field(15.0, gt=0, le=300, description="session log lease period: a successor waits this "
+                           "long (plus lease_skew_s) for a holder that stopped renewing. The holder renews every "
+                           "2/15 of it and pauses (writes wait, new sessions get 429) once 2/3 of it passed "
+                           "without a confirmed renewal: Kubernetes leader election's 15 s lease, 10 s renew "
+                           "deadline and 2 s retry")
     lease_skew_s: float = Field(0.5, ge=0, le=60, description="the most the hosts' wall clocks may differ; a "
                                 "successor waits this much longer than the lease period")
     ack_timeout_s: float = Field(10.0, gt=0, description="how long create, messages and tool results wait for "
                                  "their records to be stored before answering 503")
+    intent_wait_s: float = Field(120.0, gt=0, description="how long a verified write's intent waits for the "
+                                 "session log while this coordinator is not fenced (a starved lease renewal, a "
+                                 "slow store): the write runs once it is stored; past this the session ends "
+                                 "failed with the reason, never with an error as the tool's answer")
+    tool_retry_s: float = Field(30.0, gt=0, description="how long a tool host call is tried again while the tool "
+                                "host raises (a replica restarting, an MCP server reconnecting); a write keeps "
+                                "its key, so it runs at most once; past this the session ends failed")
     priority: PriorityConfig = Field(PriorityConfig(), description="the order of engine requests: staged-write "
                                      "verifies first, drafts later, least attained strong service first")
     compact_min: int = Field(20_000, ge=1, description="records stored since the last snapshot before the "

@@ -2,15 +2,21 @@
 
 One object, ``lease.json``, holds ``{epoch, holder, renewed_at, period_s, released}``. A coordinator
 takes the lease by raising the epoch with a compare-and-swap, so every epoch has exactly one holder, and
-renews it every ``period_s / 3`` with another compare-and-swap on its own version. A newcomer always wins
+renews it every ``retry_s`` with another compare-and-swap on its own version. A newcomer always wins
 (a restarted replica, the green cluster of a blue/green upgrade): the holder it displaced learns at its
 next renewal that the version moved on and is fenced for good.
 
-Time: a holder acts only while ``valid()``, that is within ``period_s`` of starting its last confirmed
-renewal, measured on its own monotonic clock. A newcomer waits until the displaced holder's last
-``renewed_at`` plus ``period_s`` plus ``skew_s`` has passed on its wall clock before it reads the log.
-So the two never act at once, provided the hosts' wall clocks differ by less than ``skew_s`` (the
-assumption every lease makes; NTP keeps it in milliseconds).
+Time: a holder acts only while ``valid()``, that is within ``renew_deadline_s`` of starting its last
+confirmed renewal, measured on its own monotonic clock. A newcomer waits until the displaced holder's
+last ``renewed_at`` plus ``period_s`` plus ``skew_s`` has passed on its wall clock before it reads the
+log. So the two never act at once, provided the hosts' wall clocks differ by less than ``skew_s`` (the
+assumption every lease makes; NTP keeps it in milliseconds); the renew deadline, shorter than the
+period, adds a margin of a third of the period on top.
+
+The ratios are Kubernetes leader election's (a 15 s lease, a 10 s renew deadline, a 2 s retry): the
+deadline is 2/3 of the period and a renewal is tried every 2/15 of it, so five renewals in a row can
+fail or be slow before the holder pauses. A pause is not a failure: a write's intent waits for the
+next confirmed renewal (``serve/log/group_commit.py``).
 """
 
 from __future__ import annotations
@@ -34,8 +40,11 @@ class Fenced(RuntimeError):
 
 
 class LeaseUnconfirmed(StoreError):
-    """The lease could not be renewed within one period (the store did not answer). Nothing may be
-    appended or executed until a renewal succeeds; a store error, so callers retry."""
+    """The lease could not be renewed within its renew deadline (the store did not answer in time).
+    Nothing may be appended or executed until a renewal succeeds; a store error, so callers retry."""
+
+RENEW_DEADLINE = 2 / 3  # of the period: Kubernetes leader election's 10 s of 15 s
+RETRY = 2 / 15  # of the period: its 2 s of 15 s
 
 
 @dataclass(frozen=True)
@@ -57,14 +66,15 @@ class LeaseRecord:
 class Lease:
     """Guarantees: epochs only grow and each has one holder; ``acquire`` returns how long to wait before
     acting; a holder displaced by a newer epoch is ``lost`` at its next renewal and never acts again;
-    ``valid()`` is False once ``period_s`` passed without a confirmed renewal (the store unreachable),
-    and True again after a renewal succeeds if nobody took the lease meanwhile."""
+    ``valid()`` is False once ``renew_deadline_s`` passed without a confirmed renewal (the store slow or
+    unreachable), and True again after a renewal succeeds if nobody took the lease meanwhile."""
 
-    def __init__(self, store: Store, period_s: float = 5.0, skew_s: float = 0.5, holder: str | None = None,
+    def __init__(self, store: Store, period_s: float = 15.0, skew_s: float = 0.5, holder: str | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
         if period_s <= 0:
             raise ValueError(f"lease period must be > 0, got {period_s}")
         self.store, self.period_s, self.skew_s = store, period_s, skew_s
+        self.renew_deadline_s, self.retry_s = period_s * RENEW_DEADLINE, period_s * RETRY
         self.holder = holder or f"{socket.gethostname()}-{secrets.token_hex(4)}"
         self.clock, self.wall = clock, wall
         self.epoch = 0
@@ -101,7 +111,7 @@ class Lease:
 
     def _took(self, record: LeaseRecord, version: str, started: float) -> None:
         self.epoch, self._version, self.lost = record.epoch, version, None
-        self._valid_until = started + self.period_s
+        self._valid_until = started + self.renew_deadline_s
         log.info("took the session log lease: epoch %d (%s)", record.epoch, record.holder)
 
     def renew(self) -> bool:
@@ -118,7 +128,7 @@ class Lease:
         except StoreError as exc:
             log.warning("could not renew the session log lease (epoch %d): %s", self.epoch, exc)
             return False
-        self._valid_until = started + self.period_s
+        self._valid_until = started + self.renew_deadline_s
         return True
 
     def _taker(self) -> str:
@@ -139,7 +149,8 @@ class Lease:
         """Raise ``Fenced`` (for good) or ``LeaseUnconfirmed`` (until a renewal) unless this holder may act now."""
         self.check_not_lost()
         if not self.valid():
-            raise LeaseUnconfirmed(f"session log lease (epoch {self.epoch}) not confirmed within {self.period_s} s")
+            raise LeaseUnconfirmed(f"session log lease (epoch {self.epoch}) not confirmed within "
+                                   f"{self.renew_deadline_s:g} s")
 
     def release(self) -> None:
         """Hand the lease back so that a successor need not wait (a clean shutdown)."""

@@ -23,6 +23,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,10 +111,20 @@ class SessionLog:
         await asyncio.to_thread(self.lease.release)
 
     async def _renew_forever(self) -> None:
+        # a thread of its own: a renewal never queues behind the default pool's work (segment and snapshot
+        # writes, replay, grading), which can hold every worker for seconds on a busy machine
+        renewer = ThreadPoolExecutor(1, thread_name_prefix="lease-renew")
+        loop = asyncio.get_running_loop()
+        try:
+            await self._renew_on(renewer, loop)
+        finally:
+            renewer.shutdown(wait=False)
+
+    async def _renew_on(self, renewer: ThreadPoolExecutor, loop: asyncio.AbstractEventLoop) -> None:
         while True:
-            await asyncio.sleep(self.lease.period_s / 3)
+            await asyncio.sleep(self.lease.retry_s)
             try:
-                await asyncio.to_thread(self.lease.renew)
+                await loop.run_in_executor(renewer, self.lease.renew)
             except Fenced as exc:
                 self.on_fenced(str(exc))
                 return

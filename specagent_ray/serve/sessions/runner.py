@@ -23,16 +23,16 @@ from ...models.users import GREETING
 from ...protocol.baselines import METHODS
 from ...protocol.interfaces import EngineUnavailable, Verifier
 from ...protocol.runtime import Parts, SpecConfig
-from ...protocol.types import Effect, History, Observation, Task, Tier, ToolCall, UserToolCall
+from ...protocol.types import Effect, History, Observation, Task, Tier, ToolCall, Unavailable, UserToolCall
 from ..core.api import Approval, CreateSession
 from ..core.catalog import Catalog
 from ..core.config import AppConfig, ClientSource
-from ..core.errors import unwrap
 from ..engines.engine_client import EngineClient
 from ..log.records import AgentMessage, Final, Opening, ToolResultRecord, UserMessageRecord
 from ..log.session_log import SessionLog
 from ..log.wire import observation_dict
 from ..toolhost.tool_host import ToolHostClient
+from .patience import intent_stored, tool_host_call
 from .session import IdleTimeout, Session
 from .speculation import BlockSizes, engine_load, replicas
 from .turn_taking import approved
@@ -175,12 +175,15 @@ class SessionRunner:
                  env: Mapping[str, str], clock: Callable[[], float], running: Callable[[], int] = lambda: 0,
                  durable: Callable[[], Awaitable[None]] | None = None):
         self.cfg, self.engines, self.tool_host, self.log, self.env, self.clock = cfg, engines, tool_host, log, env, clock
-        # what a write's intent waits on: the coordinator's group commit, which retries a store error (a lease
-        # unconfirmed for a moment) until its ack timeout, so a starved renewal delays a write, never fails it
-        self.durable = durable or log.durable
+        self.durable = durable or log.durable  # the coordinator's group commit (``intent_stored`` waits on it)
         reps = replicas(cfg.speculation, cfg.engines)
         self.block_sizes = BlockSizes(cfg.speculation, cfg.hardware, cfg.defaults.k,
                                       engine_load(engines.priority, running, cfg.coordinators, reps), reps)
+
+    async def intent_stored(self) -> None:
+        """A write's intent, stored: a paused log delays the write, never fails it (``patience.py``)."""
+        await intent_stored(self.durable, lambda: self.log.lease.lost is not None, self.clock,
+                            self.cfg.coordinator.intent_wait_s)
 
     def parallel_calls(self, s: Session) -> bool:
         """Whether ``s`` runs with parallel calls: its own ``parallel_calls``, else the profile's default."""
@@ -195,11 +198,9 @@ class SessionRunner:
             if isinstance(self.cfg.tool_sources[name], ClientSource):
                 return await s.client_call(call, key or s.read_call_id(call))
             epoch = self.log.epoch if key is not None else None  # writes carry the lease epoch
-            try:
-                return await self.tool_host.execute(name, s.id, call, key, epoch, s.request.task_id)
-            except Exception as exc:  # noqa: BLE001 - the tool host's own error, without Ray's traceback
-                raise unwrap(exc) from None
-        tools = SessionTools(s, catalog, run, self.durable)
+            return await tool_host_call(lambda: self.tool_host.execute(name, s.id, call, key, epoch, s.request.task_id),
+                                        self.clock, self.cfg.coordinator.tool_retry_s)
+        tools = SessionTools(s, catalog, run, self.intent_stored)
         user = user_for(s, self.cfg.engines, self.env, self._user_side(s))
         return Parts(weak, strong, verifier, tools, user, s.ledger, clock=self.clock, journal=s,
                      block_size=self.block_sizes.for_session(), mid=self.mid(s, catalog))
@@ -216,8 +217,9 @@ class SessionRunner:
         """The scripted user's own tools (dual-control domains) run on the tool host under
         ``Session.user_call_key``, so that no user call runs twice (also after a restart)."""
         async def run(call: ToolCall) -> UserToolCall:
-            obs = await self.tool_host.execute(s.request.tool_source, s.id, call, s.user_call_key(call),
-                                               self.log.epoch, s.request.task_id, "user")
+            obs = await tool_host_call(lambda: self.tool_host.execute(
+                s.request.tool_source, s.id, call, s.user_call_key(call), self.log.epoch, s.request.task_id, "user"),
+                self.clock, self.cfg.coordinator.tool_retry_s)
             return UserToolCall(call, obs.content, obs.error)
         return run
 
@@ -245,6 +247,8 @@ class SessionRunner:
             s.status, s.termination = "cancelled", "cancelled"
         except EngineUnavailable as exc:
             s.status, s.error = "failed", f"engine unavailable: {exc}"
+        except Unavailable as exc:  # the log or a tool host past its patience: the reason, never an observation
+            s.status, s.error = "failed", f"unavailable: {exc}"
         except BackendError as exc:
             s.status, s.error = "failed", f"engine error: {exc}"
         except Exception as exc:

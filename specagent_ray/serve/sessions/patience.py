@@ -1,0 +1,68 @@
+"""Waiting out the infrastructure: a session log that cannot confirm its lease and a tool host that does
+not answer are pauses of a step, never its observation.
+
+Guarantees:
+- a write's intent is stored before the write runs; while this coordinator is not fenced, the intent
+  waits for the log up to ``intent_wait_s`` (a starved lease renewal, a slow or briefly unreachable
+  store), then the step is ``Unavailable``; a fenced coordinator is ``Unavailable`` at once (its
+  successor finishes the write under the same key);
+- a tool host call that raises (its replica restarting, its MCP server reconnecting, a store error of
+  its idempotency records) is tried again with backoff up to ``tool_retry_s``, then the step is
+  ``Unavailable``; a write carries its key every time, so the tool host runs it at most once. A call the
+  tool host refuses for good (a stale lease epoch, a key reused for another call, an unknown source) is
+  ``Unavailable`` at once;
+- ``Unavailable`` passes the protocol's tool error handler: the session ends ``failed`` with the reason,
+  and no observation ever carries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from ...protocol.types import Unavailable
+from ..core.errors import ServiceUnavailable, unwrap
+from ..log.idempotency import KeyReused, StaleEpoch
+from ..toolhost.tool_host import UnknownSource
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+FOR_GOOD = (StaleEpoch, KeyReused, UnknownSource)  # retrying cannot help: the answer would be the same
+
+
+async def intent_stored(durable: Callable[[], Awaitable[None]], fenced: Callable[[], bool],
+                        clock: Callable[[], float], patience_s: float,
+                        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    """Return once the intents appended so far are stored (see the module's guarantees)."""
+    deadline = clock() + patience_s
+    while True:
+        try:
+            return await durable()
+        except ServiceUnavailable as exc:
+            if fenced():
+                raise Unavailable(f"this coordinator was fenced before the write's intent was stored: {exc}") from None
+            if clock() >= deadline:
+                raise Unavailable(f"the write's intent was not stored within {patience_s:g} s: {exc}") from None
+            log.warning("a write's intent waits for the session log (%s)", exc)
+            await sleep(0.5)
+
+
+async def tool_host_call(call: Callable[[], Awaitable[T]], clock: Callable[[], float], patience_s: float,
+                         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> T:
+    """``call()``'s answer, trying again while the tool host raises (see the module's guarantees)."""
+    deadline, pause = clock() + patience_s, 0.1
+    while True:
+        try:
+            return await call()
+        except Exception as raised:  # noqa: BLE001 - every tool host error is the infrastructure's, not the tool's
+            exc = unwrap(raised)
+            if isinstance(exc, FOR_GOOD):
+                raise Unavailable(f"the tool host refused the call: {type(exc).__name__}: {exc}") from None
+            if clock() >= deadline:
+                raise Unavailable(f"the tool host did not answer within {patience_s:g} s: "
+                                  f"{type(exc).__name__}: {exc}") from None
+            log.warning("tool host call failed (%s: %s); trying again in %.1f s", type(exc).__name__, exc, pause)
+            await sleep(pause)
+            pause = min(pause * 2, 2.0)
