@@ -284,12 +284,19 @@ def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: Depl
 def _gateway_class(cfg: dict[str, Any]):
     """The ingress class. Its FastAPI app is built at composition time so Serve can serve the routes
     and the OpenAPI schema; the coordinator handle and the API keys arrive in the replica."""
+    from .agents.terms import Terms
     from .core.api import Offer
     from .core.tenants import TenantRules
     from .gateway.limits import body_caps
     from .gateway.models_route import ModelTerms
-    from .gateway.routes import gateway_keys, make_api, serve_with, served_call, served_keys, served_operators
-    from .responses.translate import Terms
+    from .gateway.routes import (
+        gateway_keys,
+        make_api,
+        serve_with,
+        served_call,
+        served_keys,
+        served_operators,
+    )
 
     config = AppConfig.model_validate(cfg)
     api = make_api(served_call, config.gateway, served_keys, served_operators, offer=Offer.of(config),

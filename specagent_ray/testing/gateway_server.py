@@ -56,6 +56,7 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
     """The ASGI app ``in_process_gateway`` serves (same arguments). Its coordinator shards start in the
     event loop of the first request, so serve it from one loop. Its schema lists the tau2 sources' task ids."""
     from ..models.plan import PlanEngineClient
+    from ..serve.agents.terms import Terms
     from ..serve.core.api import Offer
     from ..serve.core.handles import Local
     from ..serve.core.tenants import TenantRules, key_owners
@@ -65,7 +66,6 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
     from ..serve.gateway.limits import body_caps
     from ..serve.gateway.models_route import ModelTerms
     from ..serve.gateway.routes import make_api
-    from ..serve.responses.translate import Terms
     from ..serve.sessions.coordinator import Coordinator
     from ..serve.sessions.shards import ShardRouter, shard_log
     from ..serve.toolhost.tool_host import ToolHost

@@ -1,4 +1,7 @@
-"""The HTTP API (FastAPI): sessions, user messages, client tool results, SSE events, trajectories.
+"""The HTTP API (FastAPI): the gateway's app, its keys, tenants, limits and error answers, and the routes
+of each API mounted on it: the sessions API (``sessions_api.py``), ``/v1/models`` and the agent wires
+(the Responses API, ``responses/routes.py``), these over one ``agents.AgentService``. Every route reaches
+the coordinator through the typed ``agents.port.CoordinatorPort`` over ``calls.retrying``.
 
 Every route but ``/healthz`` needs an API key (``Authorization: Bearer <key>`` or ``X-API-Key``);
 without a valid one the answer is 401. A key is a tenant: its sessions are its own (another key gets
@@ -11,40 +14,29 @@ The OpenAPI schema documents every status a route answers (``errors.WHEN``) with
 this server's own create terms (``api.Offer``), and links from a session's summary to its routes; a
 method a path does not take gets 405 with ``Allow`` listing exactly the methods it does.
 
-Retries: only a call that is safe to repeat (reads, cancel, tool results keyed by call id, and creates
-and messages that carry an ``Idempotency-Key``) is retried, and only while the coordinator is
-unavailable (its replica died or restarts), within ``coordinator_retry_s``; then 503. Any other failure
-is answered at once (500 for the unexpected), and no request ever gets a stack trace.
+Retries (``calls.py``): only a call that is safe to repeat is retried, and only while the coordinator is
+unavailable, within ``coordinator_retry_s``; then 503. Any other failure is answered at once (500 for
+the unexpected), and no request ever gets a stack trace.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hmac
-import json
-import logging
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from fastapi import Depends, FastAPI, Header, Query, Request, Security
+from fastapi import Depends, FastAPI, Header, Request, Security
 from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader, HTTPBearer
-from ray.exceptions import RayActorError
-from ray.serve.exceptions import DeploymentUnavailableError
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from ..core.api import (
-    CreateSession,
-    ErrorDetail,
-    Offer,
-    SessionSummary,
-    SessionTrajectory,
-    ToolResult,
-    UserMessage,
-)
+from ..agents.port import CoordinatorPort
+from ..agents.service import AgentService
+from ..agents.terms import Terms
+from ..chat.routes import mount_chat
+from ..core.api import ErrorDetail, Offer
 from ..core.config import GatewayConfig
 from ..core.errors import (
     OPENAI_ERROR,
@@ -54,62 +46,27 @@ from ..core.errors import (
     Overloaded,
     ServiceUnavailable,
     Unauthorized,
-    documented,
-    unwrap,
 )
-from ..core.handles import NoReplica, taken
-from ..log.records import SessionEvent
+from ..core.handles import taken
+from ..messages.routes import mount_messages
 from ..responses.routes import error_response, mount_responses
-from ..responses.translate import Terms
 from ..sessions.shards import ShardRouter
-from ..sessions.turns import ApprovalPost
 from . import limits
+from .calls import Call, Internal, Unavailable, retrying
 from .event_hub import EventHub
 from .limits import BodyCaps, BodyLimit, TokenBucket, fit_bodies, gateway_caps
 from .models_route import ModelTerms, mount_models
+from .sessions_api import mount_sessions
 
-log = logging.getLogger(__name__)
 # A replica's keys (``limits.py``), where app.py and the tests import them from.
 api_keys, gateway_keys, operator_keys = limits.api_keys, limits.gateway_keys, limits.operator_keys
-Call = Callable[..., Awaitable[Any]]  # (coordinator method name, *args) -> result
+__all__ = ["Call", "Internal", "Unavailable", "make_api", "serve_with"]
 
-
-class EventStream(StreamingResponse):
-    media_type = "text/event-stream"
-
-
-class Unavailable(Exception):
-    """The coordinator did not answer within the gateway's patience."""
-
-
-class Internal(Exception):
-    """The coordinator failed in a way no client can fix; answered 500 without details."""
-
-
-# What a call to a coordinator that is gone raises (its replica died, or Serve has none to route to):
-# the call may be tried again. Ray's handles raise RayActorError (ActorDiedError, ActorUnavailableError).
-UNAVAILABLE = (RayActorError, DeploymentUnavailableError, ConnectionError)
-# Calls safe to repeat as they are:
-IDEMPOTENT = {"events", "events_many", "trajectory", "stats", "usage", "cancel", "post_tool_result", "post_approval"}
 IdempotencyKey = Header(None, alias="Idempotency-Key", min_length=1, max_length=200,
                         description="the same key (per API key) returns the first answer, never a second effect")
 # The API key's two headers, for the schema only (``key_of`` reads them): either one authenticates.
 BEARER = Security(HTTPBearer(auto_error=False, scheme_name="BearerKey", description="Authorization: Bearer <key>"))
 API_KEY = Security(APIKeyHeader(name="X-API-Key", auto_error=False, scheme_name="ApiKeyHeader"))
-KEYED = (401, 429, 500, 503)  # every keyed route's own error statuses; each route adds its others
-SESSION = "$response.body#/session_id"
-# From a session's summary to the routes that take its id and nothing a fuzzer must guess: tool results
-# need a call id from a tool_call_pending event, so they are reached from the event stream, not linked.
-LINKS = {name: {"operationId": op, "parameters": {"sid": SESSION}, "description": text} for name, op, text in (
-    ("GetSession", "get_session", "its trajectory"), ("SessionEvents", "session_events", "its event stream"),
-    ("PostMessage", "post_message", "the user's next message (client-user sessions)"),
-    ("CancelSession", "cancel_session", "cancel it"))}
-
-
-def answers(status: int, *errors: int) -> dict[int | str, dict[str, Any]]:
-    """A session route's ``responses``: its answer (the session's summary, linked to the session's
-    routes), the ``KEYED`` statuses and its own ``errors``."""
-    return {status: {"model": SessionSummary, "links": LINKS}, **documented(*KEYED, *errors)}
 
 
 def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str]],
@@ -159,32 +116,31 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
         if operators is not None and not any(hmac.compare_digest(key.encode(), k.encode()) for k in operators()):
             raise Forbidden("the cluster-wide stats are for operator keys (gateway.operator_keys_env)")
 
-    async def coordinator(method: str, *args: Any, retry: bool | None = None, **kwargs: Any) -> Any:
-        """Call the coordinator. A call safe to repeat waits out a restart within the configured patience."""
-        retry = method in IDEMPOTENT if retry is None else retry
-        delay, begun = 0.25, time.monotonic()
-        while True:
-            try:
-                return await call(method, *args, **kwargs)
-            except Exception as exc:  # noqa: BLE001
-                err = unwrap(exc)
-                if isinstance(err, ApiError):
-                    raise err from None
-                if not isinstance(err, UNAVAILABLE):
-                    log.error("coordinator call %s failed: %s: %s", method, type(err).__name__, err)
-                    raise Internal() from None
-                remaining = cfg.coordinator_retry_s - (time.monotonic() - begun)
-                if isinstance(err, NoReplica):  # it waited out the patience already, and nothing ran
-                    raise Unavailable(f"coordinator unavailable: {err}; try again") from None
-                if not retry or remaining <= 0:
-                    raise Unavailable(f"coordinator unavailable ({type(err).__name__}); "
-                                      + ("try again" if retry else "not retried: send an Idempotency-Key "
-                                         "to make this call safe to repeat")) from None
-                log.warning("coordinator call %s failed (%s); retrying", method, type(err).__name__)
-                await asyncio.sleep(min(delay, remaining))
-                delay = min(delay * 2, 5.0)
+    _answer_errors(app)
+    Tenant = Depends(tenant)
 
-    hub = EventHub(coordinator, cfg.events_poll_s, cfg.events_wait_s)  # the event streams' shared polls
+    @app.get("/healthz", operation_id="healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    port = CoordinatorPort(retrying(call, cfg))
+    hub = EventHub(port.call, cfg.events_poll_s, cfg.events_wait_s)  # the event streams' shared polls
+    mount_sessions(app, port, hub, cfg, Tenant, IdempotencyKey, Depends(operator))
+    methods = offer.methods if offer else terms.methods if terms else ()
+    mount_models(app, Tenant, models or ModelTerms(methods, dict(cfg.model_aliases)))
+    if terms is not None:  # the agent wires, over one service (docs/architecture.md, "A request's path")
+        service = AgentService(port, cfg, terms)
+        mount_responses(app, service, Tenant, IdempotencyKey)
+        mount_chat(app, service, Tenant, IdempotencyKey)  # stateless: the session binder finds the session
+        mount_messages(app, service, Tenant, IdempotencyKey)
+    _fit(app, caps)
+    return app
+
+
+def _answer_errors(app: FastAPI) -> None:
+    """The app's error answers, each in the shape of its route's API (``error_response``): the
+    coordinator's refusals with their status (429 and 503 with Retry-After, 401 with WWW-Authenticate),
+    503 for an unavailable coordinator, 500 without details for the unexpected, Starlette's own errors."""
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -210,107 +166,6 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
         if request.url.path.startswith(RESPONSES):  # OpenAI's error shape (a body that is not JSON, a 405)
             return error_response(request, exc.status_code, str(exc.detail), exc.headers)
         return await http_exception_handler(request, exc)
-
-    Tenant = Depends(tenant)
-
-    @app.get("/healthz", operation_id="healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.post("/v1/sessions", status_code=201, operation_id="create_session", response_model=None,
-              responses=answers(201, 400, 403, 409, 413))
-    async def create_session(body: CreateSession, who: str = Tenant,
-                             idempotency_key: str | None = IdempotencyKey) -> dict[str, Any]:
-        """Start a session; its events stream from ``/v1/sessions/{id}/events``. With an
-        ``Idempotency-Key``, a repeated create answers with the first session instead of starting another."""
-        return await coordinator("create", body, owner=who, idempotency_key=idempotency_key,
-                                 retry=idempotency_key is not None)
-
-    @app.post("/v1/sessions/{sid}/messages", status_code=202, operation_id="post_message", response_model=None,
-              responses=answers(202, 400, 404, 409, 413))
-    async def post_message(sid: str, body: UserMessage, who: str = Tenant,
-                           idempotency_key: str | None = IdempotencyKey) -> dict[str, Any]:
-        """The user's next message (client-user sessions); an ``Idempotency-Key`` makes a repeat harmless."""
-        return await coordinator("post_message", sid, body, owner=who, idempotency_key=idempotency_key,
-                                 retry=idempotency_key is not None)
-
-    @app.post("/v1/sessions/{sid}/tool_results", status_code=202, operation_id="post_tool_result",
-              response_model=None, responses=answers(202, 400, 404, 409, 413))
-    async def post_tool_result(sid: str, body: ToolResult, who: str = Tenant) -> dict[str, Any]:
-        """The result of a pending client-side tool call (see ``tool_call_pending`` events)."""
-        return await coordinator("post_tool_result", sid, body, owner=who)
-
-    @app.post("/v1/sessions/{sid}/approvals", status_code=202, operation_id="post_approval", response_model=None,
-              responses=answers(202, 400, 404, 409, 413))
-    async def post_approval(sid: str, body: ApprovalPost, who: str = Tenant) -> dict[str, Any]:
-        """The answer to an ``approval_request`` event (sessions created with ``approval``): approved, the
-        verified write runs, once; denied, it never does. The same answer posted again changes nothing."""
-        return await coordinator("post_approval", sid, body, owner=who)
-
-    @app.get("/v1/sessions/{sid}/events", response_class=EventStream, operation_id="session_events",
-             responses={200: {"model": SessionEvent, "description": "a stream of session events"},
-                        **documented(*KEYED, 404)})
-    async def events(sid: str, after: int = Query(0, ge=0, description="the seq to start after"),
-                     who: str = Tenant) -> StreamingResponse:
-        """Server-sent events, from ``after`` on: drafted, staged, accepted, rejected, tool_result, commit,
-        fused_repair, strong_repair, agent_message, tool_call_pending, ..., final. Each has ``id: seq``."""
-        first = await coordinator("events", sid, after, 0.0, owner=who)  # 404 before the stream starts
-
-        async def stream():
-            out = first
-            for e in out["events"]:
-                yield sse(e)
-            if out["done"]:
-                return
-            with hub.follow(sid, after + len(out["events"]), who) as follower:  # one poll for every stream
-                while not out["done"]:
-                    if not out["events"]:
-                        yield ": keep-alive\n\n"
-                    out = await follower.next(cfg.events_wait_s)
-                    for e in out["events"]:
-                        yield sse(e)
-
-        return EventStream(stream(), headers={"Cache-Control": "no-cache"})
-
-    @app.get("/v1/sessions/{sid}", operation_id="get_session", response_model=None,
-             responses={200: {"model": SessionTrajectory, "links": LINKS}, **documented(*KEYED, 404)})
-    async def trajectory(sid: str, grade: bool = False, who: str = Tenant) -> dict[str, Any]:
-        """The committed trajectory, token usage, the resource report and (``grade=true``) tau2's reward."""
-        return await coordinator("trajectory", sid, grade, owner=who)
-
-    @app.delete("/v1/sessions/{sid}", operation_id="cancel_session", response_model=None,
-                responses=answers(200, 404))
-    async def cancel(sid: str, who: str = Tenant) -> dict[str, Any]:
-        """Cancel the session; it stays readable (``GET``) as ``cancelled``. A finished one is left as it is."""
-        return await coordinator("cancel", sid, owner=who)
-
-    @app.get("/v1/stats", dependencies=[Depends(operator)], operation_id="stats", responses=documented(*KEYED, 403))
-    async def stats() -> dict[str, Any]:
-        """Sessions by status, verifier batch sizes, coordinator overhead per committed step."""
-        return await coordinator("stats")
-
-    @app.get("/v1/usage", dependencies=[Depends(operator)], operation_id="usage", responses=documented(*KEYED, 403))
-    async def usage(tenant: str | None = Query(None, max_length=64, description="one tenant (a name, or key-<hash>)"),
-                    since: str | None = Query(None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="first day, YYYY-MM-DD (UTC)")
-                    ) -> dict[str, Any]:
-        """Usage by tenant and day, from the session log: tokens by role, strong calls, GPU-seconds and strong
-        HBM (MEASURED by the GPU meter where it ran, else ESTIMATED: each figure says which), sessions created
-        and ended by status (``serve/sessions/usage.py``)."""
-        return {"tenants": await coordinator("usage", tenant, since), "label": "GPU-s and HBM measured or "
-                "estimated, as each figure's source says; tokens as the engines reported them (simulated "
-                "engines: the token model's)"}
-
-    methods = offer.methods if offer else terms.methods if terms else ()
-    mount_models(app, Tenant, models or ModelTerms(methods, dict(cfg.model_aliases)))
-    if terms is not None:
-        mount_responses(app, coordinator, Tenant, IdempotencyKey, cfg, terms)
-    _fit(app, caps)
-    return app
-
-
-def sse(event: dict[str, Any]) -> str:
-    """One session event as a server-sent event: its seq is the id a client resumes after."""
-    return f"id: {event['seq']}\nevent: {event['t']}\ndata: {json.dumps(event, default=str)}\n\n"
 
 
 def methods_at(app: FastAPI, request: Request) -> list[str]:

@@ -1,6 +1,7 @@
 """The Conversations API's routes on the gateway (``/v1/conversations``): the same keys, tenants, rate
 limits and body cap as the Responses API, errors in OpenAI's shape. Only wiring: the coordinator shard
-that a conversation's id names keeps it (``conversations.py``).
+that a conversation's id names keeps it (``sessions/conversations.py``, reached through the typed
+``agents.port.CoordinatorPort``).
 
 A conversation's items are those the client added and, for each response run with ``conversation``, that
 response's input items then its output items (read from its session each time, so a response still
@@ -9,14 +10,15 @@ running shows what it has so far). A deleted item is left out wherever it came f
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Query, Response
 
+from ..agents.port import CoordinatorPort
 from ..core.errors import NotFound, documented
-from ..sessions.conversations import CID
 from .items import page
 from .models import (
     ConversationCreate,
@@ -28,7 +30,7 @@ from .models import (
 from .route_docs import noticed
 from .translate import ignored
 
-Call = Callable[..., Awaitable[Any]]
+CID = re.compile(r"^conv_\d{1,3}-[0-9a-f]{16}$")  # a conversation's id, as its coordinator shard mints it
 Outputs = Callable[[str, str], Awaitable[list[dict[str, Any]]]]  # (response id, tenant) -> its output items
 Resolve = Callable[[list[Any], str], Awaitable[list[Any]]]  # item_references -> the tenant's own items
 LINKS = {name: {"operationId": op, "parameters": {"cid": "$response.body#/id"}} for name, op in (
@@ -60,17 +62,17 @@ class ConversationStore:
     """What the Responses API's routes use of conversations: a conversation's items, to replay, and a
     response's link into it."""
 
-    coordinator: Call
+    port: CoordinatorPort
     outputs: Outputs
 
     async def view(self, cid: str, who: str) -> dict[str, Any]:
         if not CID.match(cid):
             raise NotFound(f"no conversation {cid!r}", "conversation_id")
-        return await self.coordinator("conversation", cid, "get", owner=who, retry=True)
+        return await self.port.conversation(cid, "get", owner=who, read=True)
 
     async def change(self, cid: str, op: str, arg: Any, who: str) -> dict[str, Any]:
         await self.view(cid, who)
-        return await self.coordinator("conversation", cid, op, arg, owner=who)
+        return await self.port.conversation(cid, op, arg, owner=who)
 
     async def items(self, view: dict[str, Any], who: str) -> list[dict[str, Any]]:
         """The conversation's items, oldest first."""
@@ -96,13 +98,13 @@ def public(view: dict[str, Any]) -> dict[str, Any]:
     return {k: view[k] for k in ("id", "object", "created_at", "metadata")}
 
 
-def mount_conversations(app: FastAPI, coordinator: Call, tenant: Any, key: Any, outputs: Outputs,
+def mount_conversations(app: FastAPI, port: CoordinatorPort, tenant: Any, key: Any, outputs: Outputs,
                         resolve: Resolve, errors: Callable[..., dict[int | str, dict[str, Any]]] = documented,
                         strict: bool = False) -> ConversationStore:
     """Add the Conversations API's routes to ``app``; answers the store the Responses routes use. A body's
     fields that this server does not know are ignored and named in a header (``strict``: refused), as the
     Responses routes do."""
-    store = ConversationStore(coordinator, outputs)
+    store = ConversationStore(port, outputs)
 
     def note(body: Any, answer: Response) -> None:
         answer.headers.update(noticed(ignored(body, strict)))
@@ -116,9 +118,8 @@ def mount_conversations(app: FastAPI, coordinator: Call, tenant: Any, key: Any, 
                                   idempotency_key: str | None = key) -> dict[str, Any]:
         """A conversation, with its first items (context for the responses that use it: nothing runs)."""
         note(body, answer)
-        view = await coordinator("create_conversation", await given(list(body.items or []), who),
-                                 dict(body.metadata or {}), owner=who, idempotency_key=idempotency_key,
-                                 retry=idempotency_key is not None)
+        view = await port.create_conversation(await given(list(body.items or []), who), dict(body.metadata or {}),
+                                              who, idempotency_key)
         return public(view)
 
     @app.get("/v1/conversations/{cid}", operation_id="get_conversation", responses=errors(404))

@@ -15,51 +15,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    PrivateAttr,
-    Tag,
-    field_validator,
-    model_validator,
-)
+from pydantic import Discriminator, Field, Tag, field_validator
 
+from ..agents.fields import Spec, unknown_fields  # noqa: F401 - the wire's models and what they ignored
 from ..core.api import json_integer
 
 TEXT = 1_000_000  # characters of one text, any item (the gateway caps the whole body in bytes)
 ITEMS = 2048  # items in one request's input (a coding agent's long session replays them all)
 PARTS = 64  # content parts in one message
-
-
-class Spec(BaseModel):
-    """A shape a specification owns: its fields, JSON types only. A field it lacks is dropped, and its
-    name kept (``unknown_fields``): nothing this server does reads it."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
-    _unknown: tuple[str, ...] = PrivateAttr(default=())
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _note_unknown(cls, data: Any, handler: Any) -> Any:
-        model = handler(data)
-        if isinstance(data, dict):
-            known = {f.alias or name for name, f in cls.model_fields.items()}
-            model._unknown = tuple(sorted(str(k) for k in data if k not in known))
-        return model
-
-
-def unknown_fields(model: BaseModel, prefix: str = "") -> set[str]:
-    """The fields ``model`` was given that it does not know, with those of the models in it (its items,
-    their content parts, ...), as dotted paths by JSON name without list positions (``input.content.x``)."""
-    out = {prefix + name for name in getattr(model, "_unknown", ())}
-    for name, info in type(model).model_fields.items():
-        value = getattr(model, name)
-        for v in value if isinstance(value, list | tuple) else (value,):
-            if isinstance(v, Spec):
-                out |= unknown_fields(v, f"{prefix}{info.alias or name}.")
-    return out
 
 
 Text = Annotated[str, Field(max_length=TEXT)]

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from ..agents.terms import normal_url
 from ..core.api import Approval, ClientTool, SourceUse
 from ..core.errors import BadRequest
 from .models import AllowedToolsChoice, ResponseCreate
@@ -40,23 +41,6 @@ FIELDS = {"function": ("type", "name", "description", "parameters", "strict", "r
                   *NEVER_FROM_CLIENTS),
           "namespace": ("type", "name", "description", "tools")}  # each hosted tool type's fields known here
 NAMESPACE = re.compile(r"^[A-Za-z0-9_-]{1,63}$")  # a namespace's and its functions' names: no dot, which joins them
-# an MCP server's URL as a client may give it: http(s), an ASCII host name or address, a port, a path; no
-# userinfo, query or fragment (``normal_url``)
-URL = re.compile(r"(https?)://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?(/[^?#\x00-\x20\x7f-\uffff]*)?",
-                 re.IGNORECASE | re.ASCII)
-
-
-def normal_url(url: Any) -> str | None:
-    """``url`` as MCP server URLs are compared here: scheme and host lower-cased, one trailing slash left
-    off, nothing else changed (no decoding, no resolving). None for a URL that never names a server: one
-    with userinfo, a query or a fragment, a scheme other than http and https, a host that is not ASCII."""
-    m = URL.fullmatch(url) if isinstance(url, str) else None
-    if m is None:
-        return None
-    scheme, host, port, path = m.group(1), m.group(2), m.group(3) or "", m.group(4) or ""
-    return f"{scheme.lower()}://{host.lower()}{port}{path.removesuffix('/')}"
-
-
 def tool_fields(tools: list[dict[str, Any]] | None) -> set[str]:
     """The fields of the hosted ``tools`` that this server does not know, as dotted paths
     (``tools.defer_loading``; ``tools.tools.x`` in a namespace's functions). A dropped tool is not read."""

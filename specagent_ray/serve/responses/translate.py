@@ -18,20 +18,17 @@ continuation that changes the conversation's model, instructions or tools (409: 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel
 
-from ...protocol.baselines import METHODS
+from ..agents.port import ApprovalPost, TurnPost
+from ..agents.readback import RESPONSE_ID, SAMPLING, parse_response_id, response_id
+from ..agents.terms import Terms, normal_url
 from ..core.api import CreateSession, OutputFormat, Sampling, ToolResult, UserMessage
-from ..core.config import AppConfig, ClientSource, McpSource, OpenAIEngines, SimEngines
-from ..core.errors import BadRequest, Conflict, NotFound
+from ..core.errors import BadRequest, Conflict
 from ..log.records import TurnMeta
-from ..sessions.turns import ApprovalPost, TurnPost
-from .input_tokens import TokenCounter
 from .inputs import CONTINUE, Reading, context, media, read, text
 from .models import (
     AllowedToolsChoice,
@@ -44,69 +41,13 @@ from .models import (
 from .tools import (
     allowed_choice,
     echoed_tools,
-    normal_url,
     tool_fields,
     tools_of,
     validated,
 )
 
-RESPONSE_ID = re.compile(r"^resp_(\d{1,3}-[0-9a-f]{16})_(\d{1,6})$")
-SAMPLING = {"temperature": 0.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_logprobs": 0}
-__all__ = ["ResponseCreate", "Terms", "applied", "create_request", "meta", "parallel_of", "turn_post"]
-
-
-@dataclass(frozen=True)
-class Terms:
-    """What the Responses API of this server offers: its models, its tool sources (MCP ones by label and
-    by each configured URL), what it does with a tool type it does not host and with a field it does not
-    know, whether its engines read only text (then an image is refused) and sample as asked."""
-
-    methods: tuple[str, ...]
-    aliases: Mapping[str, str]
-    mcp: tuple[str, ...]
-    function_source: str | None
-    unhosted: Literal["refuse", "drop"] = "drop"
-    text_only_model: str | None = None  # the model an image or a file is refused for, if the engines read text only
-    counter: TokenCounter = field(default_factory=TokenCounter)  # POST /v1/responses/input_tokens
-    parallel: bool = False  # the profile's defaults.parallel_calls: the most parallel_tool_calls can turn on
-    strict: bool = False  # gateway.strict_fields: a field this server does not know is refused, not ignored
-    sampled: bool = False  # the engines sample as asked (OpenAI-compatible ones); scripted ones decode nothing
-    mcp_urls: Mapping[str, str] = field(default_factory=dict)  # each configured url and alias (normal_url) -> source
-
-    @classmethod
-    def of(cls, cfg: AppConfig) -> Terms | None:
-        """The terms of a server with config ``cfg``; None where no response could run (no MCP or client
-        tool source, or simulated engines, which only replay benchmarks): it serves no Responses routes."""
-        clients = [n for n, s in cfg.tool_sources.items() if isinstance(s, ClientSource)]
-        servers = {n: s for n, s in cfg.tool_sources.items() if isinstance(s, McpSource)}
-        if isinstance(cfg.engines, SimEngines) or not (servers or clients):
-            return None
-        verifier = cfg.engines.verifier if isinstance(cfg.engines, OpenAIEngines) else None
-        urls = {u: n for n, s in servers.items() for given in (s.url, *s.url_aliases) if (u := normal_url(given))}
-        return cls(tuple(cfg.methods), dict(cfg.gateway.model_aliases), tuple(servers),
-                   clients[0] if clients else None, cfg.gateway.unhosted_tools, verifier.model if verifier else None,
-                   TokenCounter(verifier), cfg.defaults.parallel_calls, cfg.gateway.strict_fields,
-                   isinstance(cfg.engines, OpenAIEngines), urls)
-
-    def method(self, model: str) -> str:
-        """The method ``model`` names (400 for a name that is neither a method nor an alias)."""
-        method = self.aliases.get(model, model)
-        if method not in METHODS:
-            known = ", ".join([*self.methods, *self.aliases])
-            raise BadRequest(f"unknown model {model!r}; this server serves: {known}", "model", "model_not_found")
-        return method
-
-
-def response_id(sid: str, turn: int) -> str:
-    return f"resp_{sid}_{turn}"
-
-
-def parse_response_id(rid: str) -> tuple[str, int]:
-    """The session and turn a response id names; a malformed id is one that does not exist (404)."""
-    m = RESPONSE_ID.match(rid)
-    if m is None:
-        raise NotFound(f"no response {rid!r}")
-    return m.group(1), int(m.group(2))
+__all__ = ["RESPONSE_ID", "ResponseCreate", "Terms", "applied", "create_request", "meta", "normal_url",
+           "parallel_of", "parse_response_id", "response_id", "turn_post"]
 
 
 def refused(body: ResponseCreate, terms: Terms) -> None:

@@ -19,6 +19,7 @@ import pytest
 from specagent_ray.serve.core.errors import BadRequest
 from specagent_ray.serve.responses import route_docs
 from specagent_ray.serve.responses.models import ITEMS, TEXT
+from specagent_ray.serve.agents import fields
 from specagent_ray.serve.responses.route_docs import noticed
 from specagent_ray.serve.responses.schema import create_schema
 from specagent_ray.serve.responses.tools import dropped, echoed_tools
@@ -224,8 +225,8 @@ def test_fields_that_break_a_guarantee_stay_refused_when_others_are_ignored():
 
 
 def test_each_ignored_name_is_logged_once_and_the_header_cannot_be_forged(caplog, monkeypatch):
-    monkeypatch.setattr(route_docs, "_logged", set())
-    with caplog.at_level(logging.WARNING, logger=route_docs.__name__):
+    monkeypatch.setattr(fields, "_logged", set())
+    with caplog.at_level(logging.WARNING, logger=fields.__name__):
         noticed(["client_metadata"])
         noticed(["client_metadata", "tools.defer_loading"])
     assert [r.getMessage().count("client_metadata") for r in caplog.records] == [1, 0]
