@@ -5,7 +5,7 @@ never accept a write of a tier it may not settle, and never authors a critical w
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from specagent_ray.costs.ledger import Ledger
@@ -89,13 +89,22 @@ async def test_the_mid_never_settles_a_critical_write_even_when_allowed_and_it_s
     parts, cfg = make(weak=[REFUND, STOP], mid=[mid_says(Verdict(1))], strong=[REFUND],
                       chain=ChainRule(settles=frozenset({Tier.WRITE})))
     traj = await run(parts, cfg)
-    assert traj.count("escalated") >= 1 and len(parts.verifier.calls) >= 1
+    # per block, not in total: the refund's block escalates for its tier (the stop's block after it escalates
+    # too, for want of a mid answer, so a count of escalations would pass with the refund's block settled)
+    assert rulings(traj)[0] == ("escalated", "the staged step is critical, which the mid verifier may not settle")
+    assert parts.verifier.calls[0][1][-1].action is REFUND
     assert parts.tools.executed == [REFUND.call] and traj.count("second_check") == 1
     parts, cfg = make(weak=[REFUND, STOP], mid=[mid_says(Verdict(1))], strong=[STOP],
                       chain=ChainRule(settles=frozenset({Tier.WRITE, Tier.CRITICAL})))
     traj = await run(parts, cfg)
+    assert rulings(traj)[0] == ("settled_by_mid", "1/1")  # within its remit now
     assert parts.tools.executed == []  # settled by the mid, but the strong policy would not refund: never runs
     assert traj.count("second_check") == 1
+
+
+def rulings(traj) -> list[tuple[str, str]]:
+    """Each reviewed block's ruling by the chain, in order: (settled_by_mid, "j/n") or (escalated, why)."""
+    return [(e.kind, e.detail) for e in traj.events if e.kind in ("settled_by_mid", "escalated")]
 
 
 async def test_a_mid_that_may_settle_nothing_escalates_every_staged_block():
@@ -112,12 +121,23 @@ MID = st.one_of(
     st.just(MalformedOutput("x")), st.just(EngineUnavailable("x")),
 )
 STRONG_VERDICT = st.builds(Verdict, st.integers(0, 2), st.just("s"))
+# The strong policy's steps (its second-check proposals and repairs): a refund confirms a weak refund, so that
+# a weak critical call can run and the referee judges it when it does.
+STRONG_STEP = {"stop": Action.stop, "refund": lambda: Action.tool("refund", id="a", amount=50)}
+
+
+def staged_tier(block) -> Tier:
+    """The tier the runtime gives the block's staged step (``Tiered``: a refund is critical, any other
+    write, a stop included, is a plain write)."""
+    action = block[-1].action
+    return Tier.CRITICAL if action.calls and action.call.name == "refund" else Tier.WRITE
 
 
 class Referee(Tiered):
-    """As each weak write runs (told apart from the mid's repairs by object identity), judged from what the
-    verifiers said: the block was settled by the mid only within its remit (a plain write with WRITE in
-    ``settles``; never a critical call), else the strong verifier's latest verdict accepted the whole block."""
+    """As each weak write runs (told apart from the other authors' by object identity), judged from what the
+    verifiers said: the block was settled by the mid only within its remit (its staged tier in ``settles``),
+    else the strong verifier's latest verdict accepted the whole block; and a critical call ran only after the
+    second check confirmed it."""
 
     def __init__(self, specs, journal, weak_calls, strong, settles):
         super().__init__(specs)
@@ -126,15 +146,19 @@ class Referee(Tiered):
 
     async def execute(self, call):
         if any(call is w for w in self.weak_calls) and call.name != "lookup":
-            kinds = [e.kind for e in self.journal.events]
-            staged = max(i for i, k in enumerate(kinds) if k == "staged")
-            review = [k for k in kinds[staged:] if k in ("settled_by_mid", "escalated")]
+            events = self.journal.events
+            staged = max(i for i, e in enumerate(events) if e.kind == "staged")
+            review = [e.kind for e in events[staged:] if e.kind in ("settled_by_mid", "escalated")]
             settled = review[-1:] == ["settled_by_mid"]
-            if settled and (call.name == "refund" or Tier.WRITE not in self.settles):
+            tier = Tier.CRITICAL if call.name == "refund" else Tier.WRITE
+            if settled and tier not in self.settles:
                 self.violations.append(f"the mid settled a weak {call.name} outside its remit {self.settles}")
             last = self.strong.answers[-1:]
             if not settled and not (last and last[0][0].accepted_prefix == last[0][1]):
                 self.violations.append(f"a weak {call.name} ran without the strong verifier's acceptance")
+            checks = [e.detail for e in events[staged:] if e.kind == "second_check"]
+            if tier is Tier.CRITICAL and checks != ["1/1 confirmed"]:
+                self.violations.append(f"a weak refund ran after the second checks {checks}")
         return await super().execute(call)
 
 
@@ -151,18 +175,28 @@ class Recording(ScriptedVerifier):
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mid=st.lists(MID, max_size=5), verdicts=st.lists(STRONG_VERDICT, max_size=5),
-       settles=st.sets(st.sampled_from([Tier.WRITE, Tier.CRITICAL])), below=st.floats(0, 1))
-async def test_the_mid_never_settles_outside_its_remit(mid, verdicts, settles, below):
+       settles=st.sets(st.sampled_from([Tier.WRITE, Tier.CRITICAL])), below=st.floats(0, 1),
+       strong=st.lists(st.sampled_from(sorted(STRONG_STEP)), max_size=6))
+@example(mid=[mid_says(Verdict(2)), mid_says(Verdict(1))], verdicts=[], settles={Tier.WRITE}, below=0.5,
+         strong=["refund"])  # the mid accepts the refund's block, confidently, outside its remit
+@example(mid=[mid_says(Verdict(2)), mid_says(Verdict(1))], verdicts=[], settles={Tier.WRITE, Tier.CRITICAL},
+         below=0.5, strong=["refund"])  # the same, within its remit: settled, then the second check
+async def test_the_mid_never_settles_outside_its_remit(mid, verdicts, settles, below, strong):
     weak = [Action.tool("lookup", id="a"), Action.tool("note", id="a", text="x"),
             Action.tool("refund", id="a", amount=50), Action.tool("note", id="a", text="y"), STOP]  # own objects
-    parts, cfg = make(weak=weak, mid=mid, strong=[STOP] * 6, max_steps=10, chain=ChainRule(frozenset(settles), below))
+    parts, cfg = make(weak=weak, mid=mid, strong=[STRONG_STEP[s]() for s in strong], max_steps=10,
+                      chain=ChainRule(frozenset(settles), below))
     journal = RecordingJournal()
     parts.journal, parts.verifier = journal, Recording(verdicts)
     parts.tools = Referee(parts.tools.specs, journal, [a.call for a in weak if a.call], parts.verifier, settles)
     traj = await run(parts, cfg)
     assert parts.tools.violations == []
-    settled = [e for e in traj.events if e.kind == "settled_by_mid"]
-    assert len(settled) + traj.count("escalated") == len(parts.mid.calls)
+    ruled = rulings(traj)
+    assert len(ruled) == len(parts.mid.calls)
+    for (_, block, _), (kind, detail) in zip(parts.mid.calls, ruled, strict=True):  # block by block
+        if kind == "settled_by_mid":  # a settled accept of the staged step is within the remit; a rejection may
+            j, n = map(int, detail.split("/"))  # be settled whatever the tier (the staged step never runs)
+            assert j < n or staged_tier(block) in settles, f"the mid settled {detail} of a {staged_tier(block)} block"
     for step in traj.steps:
         if step.author == "mid":  # a mid repair: valid, never critical, of a tier it may settle
             assert step.action.kind is not ActionKind_TOOL or step.action.call.name != "refund"

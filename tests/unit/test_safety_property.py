@@ -101,7 +101,9 @@ def world(name: str):
 
 
 class Referee:
-    """Tool adapter that fails the example if a write runs without provenance."""
+    """Tool adapter that fails the example if a write runs without provenance. It notes each violation and
+    ``check`` asserts there were none: an exception raised here would reach the run as the tool's failure,
+    which the runtime turns into an error observation (so an ``assert`` here could never fail a test)."""
 
     def __init__(self, validator: SchemaValidator | None = None, classify=None) -> None:
         self.validator = validator or SchemaValidator(SCHEMAS)
@@ -109,6 +111,7 @@ class Referee:
         self.strong: set[int] = set()
         self.approved: set[int] = set()
         self.writes = 0
+        self.violations: list[str] = []
 
     def classify(self, call: ToolCall) -> Effect:
         return self._classify(call)
@@ -117,9 +120,11 @@ class Referee:
         return self.validator.check(call)
 
     async def execute(self, call: ToolCall) -> Observation:
-        assert self.validate(call) is None, f"invalid call executed: {call}"
+        if self.validate(call) is not None:
+            self.violations.append(f"invalid call executed: {call}")
         if self.classify(call) is Effect.WRITE:
-            assert id(call) in self.strong or id(call) in self.approved, f"unverified weak write: {call}"
+            if id(call) not in self.strong and id(call) not in self.approved:
+                self.violations.append(f"unverified weak write: {call}")
             self.writes += 1
         return Observation("ok")
 
@@ -233,6 +238,7 @@ def check(weak, strong, verdicts, k, max_steps, review_messages, parallel=False,
                   block_size=None if caps is None else ScriptedCaps(caps, k))
     traj = asyncio.run(run_specagent(Task("t", "x"), parts, SpecConfig(
         k=k, max_steps=max_steps, review_messages=review_messages, parallel_calls=parallel)))
+    assert referee.violations == []
     assert len(traj.steps) <= max_steps
     for step in traj.steps:  # and every committed weak write was reviewed and accepted, call by call
         if step.author == "weak" and step.effect is Effect.WRITE:

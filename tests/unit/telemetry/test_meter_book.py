@@ -58,26 +58,49 @@ def test_idle_windows_are_reported_and_never_charged() -> None:
     assert book.tenant_usage()["t1"][DAY]["strong"]["gpu_seconds"] == pytest.approx(0.15)
 
 
+def expected_shares(windows_by_node: list[list[Window]], spans: list[tuple[str, str, float, float, int]]):
+    """The split rule worked by hand, apart from the book and from ``attribution``: each window's GPU-seconds go
+    to the calls that overlap it, in proportion to the tokens each processed in it (a call's tokens spread
+    evenly over its time). Returns ({tenant: gpu_seconds}, {session: gpu_seconds})."""
+    tenants: dict[str, float] = {}
+    sessions: dict[str, float] = {}
+    for w in (w for node in windows_by_node for w in node):
+        tokens = {(t, s): n * max(0.0, min(w.end, end) - max(w.start, start)) / (end - start)
+                  for t, s, start, end, n in spans}
+        total = sum(tokens.values())
+        for (t, s), n in tokens.items():
+            if n > 0:
+                tenants[t] = tenants.get(t, 0.0) + w.gpu_seconds * n / total
+                sessions[s] = sessions.get(s, 0.0) + w.gpu_seconds * n / total
+    return tenants, sessions
+
+
 @pytest.mark.parametrize("seal_at", [None, 107.0, 120.0])
 def test_conservation_over_a_run_sealed_or_live(seal_at: float | None) -> None:
+    """Conservation by role, and each tenant's and each session's charge as the split rule gives it: sealed,
+    live, and sealed in part (107: calls that cross the cut are split across the sealed and live windows)."""
     book = book_with({"strong": ["n1", "n2"], "weak": ["n3"]})
-    for node in ("n1", "n2"):
-        book.add_windows("strong", node, windows(100.0, 100, gpu=0.07, dram=2e9))
-    book.add_windows("weak", "n3", windows(100.0, 100, gpu=0.03, dram=1e9))
-    spans = [span_of(f"t{i % 3}", f"s{i}", 100.0 + i * 0.37, 100.0 + i * 0.37 + 0.9, 50 + i) for i in range(24)]
-    book.add_spans("strong", spans)
-    book.add_spans("weak", spans[::2])
+    strong = [windows(100.0, 100, gpu=0.07, dram=2e9), windows(100.0, 100, gpu=0.07, dram=2e9)]
+    weak = [windows(100.0, 100, gpu=0.03, dram=1e9)]
+    for node, ws in zip(("n1", "n2"), strong, strict=True):
+        book.add_windows("strong", node, ws)
+    book.add_windows("weak", "n3", weak[0])
+    calls = [(f"t{i % 3}", f"s{i}", 100.0 + i * 0.37, 100.0 + i * 0.37 + 0.9, 50 + i) for i in range(24)]
+    book.add_spans("strong", [span_of(*c) for c in calls])
+    book.add_spans("weak", [span_of(*c) for c in calls[::2]])
     if seal_at is not None:
         book.seal(seal_at)
-    for role, per_node in (("strong", 0.07 * 100 * 2), ("weak", 0.03 * 100)):
+    for role, per_node, ws, mine in (("strong", 0.07 * 100 * 2, strong, calls), ("weak", 0.03 * 100, weak, calls[::2])):
         t = book.totals()["roles"][role]
         assert t["measured"]["gpu_seconds"] == pytest.approx(per_node)
         assert t["charged"]["gpu_seconds"] + t["unattributed"]["gpu_seconds"] == pytest.approx(per_node, rel=1e-9)
-        tenants = sum(days[DAY][role]["gpu_seconds"] for days in book.tenant_usage().values() if role in days[DAY])
-        assert tenants == pytest.approx(t["charged"]["gpu_seconds"], rel=1e-9)
-        sessions = sum(book.session(f"s{i}").get(role).gpu_seconds for i in range(24)
-                       if role in book.session(f"s{i}"))
-        assert sessions == pytest.approx(t["charged"]["gpu_seconds"], rel=1e-9)
+        tenants, sessions = expected_shares(ws, mine)
+        assert sum(tenants.values()) == pytest.approx(t["charged"]["gpu_seconds"], rel=1e-9)
+        usage = book.tenant_usage()
+        assert {x: days[DAY][role]["gpu_seconds"] for x, days in usage.items() if role in days[DAY]} == \
+            pytest.approx(tenants, rel=1e-9)
+        assert {f"s{i}": book.session(f"s{i}")[role].gpu_seconds for i in range(24)
+                if role in book.session(f"s{i}")} == pytest.approx(sessions, rel=1e-9)
 
 
 def test_a_sealed_window_is_never_charged_again() -> None:

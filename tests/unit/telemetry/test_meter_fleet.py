@@ -182,10 +182,53 @@ def test_the_span_sink_sends_each_call_once_and_keeps_them_when_the_meter_is_dow
 
 
 def test_restored_calls_are_not_sent_again() -> None:
-    seen: list = []
-    ledger = Ledger(on_record=seen.append)
-    ledger.calls.extend([CallRecord("weak", "draft", Usage(), 0.1)])  # what a resume replays
-    assert seen == []
+    """A restarted coordinator hooks a session's ledger to the meter, then replays its records
+    (``Coordinator._session``, then ``Session.restore``): the replayed calls were sent by the coordinator
+    that made them, so they rebuild the ledger without reaching the meter again; new calls do reach it."""
+    from specagent_ray.models.scripted import ScriptedPolicy, ScriptedUser, ScriptedVerifier
+    from specagent_ray.protocol import Action, Effect, Parts, SpecConfig, Task, run_specagent
+    from specagent_ray.protocol.types import Observation
+    from specagent_ray.serve.core.api import CreateSession
+    from specagent_ray.serve.core.catalog import Catalog
+    from specagent_ray.serve.sessions.runner import SessionTools
+    from specagent_ray.serve.sessions.session import Session
+
+    catalog = Catalog({"lookup": {"type": "object"}, "note": {"type": "object"}},
+                      {"lookup": Effect.READ, "note": Effect.WRITE})
+    request = CreateSession(tool_source="bank", user="client", message="hi")
+
+    def session(records: list[dict], sink: SpanSink) -> Session:
+        s = Session("s1", request, Task("0", "hi"), log=lambda sid, rec, data: records.append(data))
+        s.ledger.on_record = sink.on_call("t1", "s1")  # as the coordinator hooks every session it makes
+        return s
+
+    async def tool(call, key):
+        return Observation("ok")
+
+    async def durable():
+        return None
+
+    async def first_life(sink: SpanSink, records: list[dict]) -> Session:
+        s = session(records, sink)
+        weak = [Action.tool("lookup", id="a"), Action.tool("note", id="a"), Action.stop()]
+        parts = Parts(ScriptedPolicy(weak), ScriptedPolicy([]), ScriptedVerifier([]), SessionTools(s, catalog, tool,
+                      durable), ScriptedUser(), s.ledger, journal=s)
+        await run_specagent(s.task, parts, SpecConfig(k=3))
+        return s
+
+    records: list[dict] = []
+    before, after = SpanSink(lambda role, rows: None, 0.5, wall=lambda: 100.0), \
+        SpanSink(lambda role, rows: None, 0.5, wall=lambda: 200.0)
+    made = asyncio.run(first_life(before, records)).ledger.calls
+    assert len(made) >= 3 and sum(map(len, before.held.values())) == len(made)  # each sent once, as it was made
+    assert any(r["t"] in ("commit", "calls") and r.get("calls") for r in records)  # the log holds the calls
+
+    again = session([], after)
+    again.restore(records)
+    assert [(c.role, c.purpose) for c in again.ledger.calls] == [(c.role, c.purpose) for c in made]  # rebuilt
+    assert sum(map(len, after.held.values())) == 0  # and not sent again
+    again.ledger.record(CallRecord("weak", "draft", Usage(prompt_tokens=10, decode_tokens=2), 0.5))
+    assert after.held["weak"] == [("t1", "s1", 199.5, 200.0, 12)]  # a new call still is
 
 
 def test_a_device_two_roles_hold_is_not_split_by_role_so_both_are_estimated() -> None:

@@ -27,11 +27,11 @@ HARDWARE = {"strong_model": "qwen3.5-397b-a17b", "strong_gpus": 16, "weak_model"
             "gpu": "h20", "mid_model": "qwen3-32b", "mid_gpus": 2}
 
 
-def config(mid: int, chain: dict | None = None) -> AppConfig:
+def config(mid: int, chain: dict | None = None, domain_tiers: bool = False) -> AppConfig:
+    airline = {"kind": "tau2", "domain": "airline", **({"domain_tiers": True} if domain_tiers else {})}
     return AppConfig(engines=SimEngines(latency=FAST, mid_replicas=mid), hardware=HARDWARE,
                      coordinator=CoordinatorConfig(lease_s=1.0, lease_skew_s=0.05),
-                     tool_sources={"airline": {"kind": "tau2", "domain": "airline"}},
-                     **({"chain": chain} if chain is not None else {}))
+                     tool_sources={"airline": airline}, **({"chain": chain} if chain is not None else {}))
 
 
 def coordinator(tmp_path, cfg: AppConfig) -> Coordinator:
@@ -88,6 +88,42 @@ async def test_the_profiles_chain_rule_decides_what_the_mid_settles(tmp_path, ch
         assert reasons and all(r.startswith("mid confidence") for r in reasons)
     else:
         assert not any(r.startswith("mid confidence") for r in reasons)
+
+
+REMIT = "the staged step is critical, which the mid verifier may not settle"
+
+
+def blocks(s: Session) -> list[tuple[dict, dict]]:
+    """Each reviewed block of a session: its ``staged`` record and the chain's ruling on it (``settled_by_mid``
+    with "j/n", or ``escalated`` with why), in order."""
+    staged = [r for r in s.events if r["t"] == "staged"]
+    rulings = [r for r in s.events if r["t"] in ("settled_by_mid", "escalated")]
+    assert len(staged) == len(rulings), "a staged block without the chain's ruling, or one ruled twice"
+    return list(zip(staged, rulings, strict=True))
+
+
+async def test_a_block_whose_staged_step_is_critical_escalates_block_by_block(tmp_path):
+    """The profile's chain rule settles writes only (the default): the mid may settle a critical block's
+    rejection (the call never runs), never its acceptance. Judged per block, from the session's own records
+    and the domain's tier table; a confident mid accept of a critical call is among them, so the remit check
+    (``review.escalation``) is what decides it."""
+    from specagent_ray.protocol.types import Tier, ToolCall
+    from specagent_ray.tools.tau2 import Tau2Domain
+
+    tiers = Tau2Domain.load("airline").tiers()
+    sessions = await served(tmp_path, config(1, domain_tiers=True), tasks=("0", "1", "2"))
+    assert all(s.status == "done" for s in sessions), [s.error for s in sessions]
+    critical = []
+    for s in sessions:
+        for staged, ruling in blocks(s):
+            action = staged["action"]
+            if action["kind"] != "tool" or tiers.tier(ToolCall(action["name"], action["arguments"])) is not Tier.CRITICAL:
+                continue
+            critical.append(ruling)
+            if ruling["t"] == "settled_by_mid":
+                j, n = map(int, ruling["detail"].split("/"))
+                assert j < n, f"the mid settled {action['name']} ({ruling['detail']}) outside its remit"
+    assert any(r["t"] == "escalated" and r["detail"] == REMIT for r in critical), critical  # the check ran
 
 
 async def test_without_a_mid_engine_no_session_runs_the_chain(tmp_path):
