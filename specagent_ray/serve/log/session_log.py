@@ -136,6 +136,17 @@ class SessionLog:
             self.on_fenced(str(exc))
             raise
 
+    def paused(self) -> str | None:
+        """Why this log cannot store records now (its lease past the renew deadline without a confirmed
+        renewal, or lost), or None: new work waits while it is paused (admission answers 429)."""
+        if self.epoch == 0:
+            return None  # not opened yet: a create waits for the opening anyway
+        if self.lease.lost is not None:
+            return f"the session log lease was lost ({self.lease.lost})"
+        if not self.lease.valid():
+            return f"the session log lease is not confirmed (renew deadline {self.lease.renew_deadline_s:g} s)"
+        return None
+
     # -- appending --------------------------------------------------------------------------------
 
     def append(self, session_id: str, record: Record) -> None:

@@ -3,6 +3,8 @@
 Guarantees:
 - running + admitting sessions never exceed ``max_sessions``, nor one tenant's ``tenant_max_sessions``:
   a slot is taken synchronously, before the create's first await, so a burst cannot overrun either;
+- while the session log is paused (its lease unconfirmed), no session starts (429): a running session's
+  write waits for the log, and new work would only queue behind it;
 - a create carrying an ``Idempotency-Key`` its tenant already used answers with that first session (or
   409 while it is still being created, or if the body differs); it never starts a second session.
 """
@@ -22,9 +24,11 @@ LOCAL = "local"  # the owner of sessions created in-process (tests, the bench); 
 
 class Admission:
     def __init__(self, cfg: CoordinatorConfig, queued: Callable[[], int],
-                 limits: Callable[[str], int | None] = lambda owner: None):
+                 limits: Callable[[str], int | None] = lambda owner: None,
+                 paused: Callable[[], str | None] = lambda: None):
         self.cfg = cfg
         self.queued = queued
+        self.paused = paused  # why the session log cannot store now (``SessionLog.paused``): back-pressure
         self.limits = limits  # a named tenant's own max_sessions (serve/core/tenants.py), else tenant_max_sessions
         self.running: dict[str, str] = {}  # session id -> owner
         self._per_owner: Counter[str] = Counter()  # running + admitting, by owner
@@ -70,6 +74,8 @@ class Admission:
                              c.retry_after_s)
         if self.queued() >= c.queue_limit:
             raise Overloaded(f"{self.queued()} engine requests queued, the limit is {c.queue_limit}", c.retry_after_s)
+        if (why := self.paused()) is not None:  # work it could not store: running sessions' writes wait meanwhile
+            raise Overloaded(f"{why}; new sessions wait until it is", c.retry_after_s)
 
     def started(self, sid: str, owner: str, key: str | None = None) -> None:
         """A session runs (created now, or restored from the log)."""

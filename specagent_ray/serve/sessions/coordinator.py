@@ -67,7 +67,7 @@ class Coordinator:
         self.env, self.clock = dict(os.environ if env is None else env), clock
         self.sessions: dict[str, Session] = {}
         self.sources = ToolSources(cfg, tool_host)
-        self.admission = Admission(c, self.engines.queued, self.sources.rules.max_sessions)  # per tenant
+        self.admission = Admission(c, self.engines.queued, self.sources.rules.max_sessions, self.log.paused)
         self.metrics, self.commits = Metrics(), GroupCommit(self.log, c.ack_timeout_s, clock)
         self.on_event: Callable[[Session, ProtocolEvent], None] = lambda s, event: None  # Algorithm 1's events
         self.runner = SessionRunner(cfg, engines, tool_host, self.log, self.env, clock, lambda: len(self.admission),

@@ -138,3 +138,24 @@ async def test_a_tool_host_gone_for_longer_than_its_patience_ends_the_session_fa
     s = await finished(coord, sid)
     assert s.status == "failed" and s.error.startswith("unavailable: the tool host did not answer within 0.5 s")
     assert infrastructure_in_observations(s) == [] and sum(inner.write_executions.values()) == 0
+
+
+async def test_while_the_log_is_paused_new_sessions_get_429_and_are_admitted_again_after(tmp_path):
+    from specagent_ray.serve.core.errors import Overloaded
+
+    store = Holdable(LocalStore(tmp_path / "log"))
+    coord, _ = coordinator(tmp_path, store)
+    await coord.start()
+    request = CreateSession(tool_source="airline", task_id=TASK, user="simulated")
+    store.held = True
+    async with asyncio.timeout(10):
+        while coord.log.paused() is None:  # the renew deadline passes without a confirmed renewal
+            await asyncio.sleep(0.02)
+    with pytest.raises(Overloaded, match="not confirmed"):
+        await coord.create(request)
+    store.held = False
+    async with asyncio.timeout(10):
+        while coord.log.paused() is not None:
+            await asyncio.sleep(0.02)
+    s = await finished(coord, (await coord.create(request))["session_id"])
+    assert s.status == "done", s.error
