@@ -24,6 +24,7 @@ EPILOG = """examples:
   specagent-ray bench restart --finished 10000 --live 100
   specagent-ray bench roofline --device cpu
   specagent-ray bench engines --features "prefill ahead"
+  specagent-ray bench chaos --sessions 12
   specagent-ray bench tau2 --tasks 0,1 --store s3://bench-results/team-a
   specagent-ray results ls
   specagent-ray results compare tau2-airline-seed0.json tau2-airline-seed1.json
@@ -118,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_calls_parser(bench)
     add_beyond_parser(bench)
+    from .bench.chaos import add_parser as add_chaos_parser
+
+    add_chaos_parser(bench)
     add_results_parser(sub)
     from .loadtest.command import add_parser as add_loadtest_parser
 
@@ -278,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.engines import run_from_args as run_engines
 
             return run_engines(args, console)
+        if args.suite == "chaos":
+            from .bench.chaos import run_from_args as run_chaos
+
+            return run_chaos(args, console)
     except (ValueError, StoreError, BackendError, TimeoutError) as exc:
         # one line, no traceback; escape() so brackets in keys or S3 messages are not read as markup
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)

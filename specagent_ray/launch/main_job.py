@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
@@ -160,9 +161,9 @@ def serve_main(console: Console, port: int | None = None, verbose: bool = False,
             console.print("starting a local Ray cluster; the local-cpu engines load in the background "
                           "(1-2 min on the CPU)...")
             with local_ray(num_cpus=16):
-                base = start_apps(cpu + sim, port)
+                base = start_apps(cpu + sim, port, say=console.print)
                 watch = AppWatch([a.name for a in cpu + sim])  # a deployment that cannot start ends the job
-                wait_ready(base, sim, watch=watch)
+                wait_ready(base, sim, watch=watch, say=console.print)
                 console.print(f"gateways at {base}/sim (sim) and {base} (local-cpu); OpenAPI schema at .../docs")
                 sim_results = sim_phase(console, base, sim, sim_tasks, watch)
                 serve.delete("sim", _blocking=False)  # its replicas' CPU goes to the engines
@@ -218,7 +219,7 @@ def serve_profile(console: Console, profile: str, tasks: tuple[str, ...] | None,
             engines = any((a.spec.args or {}).get("llm_configs") for a in apps)
             console.print(f"starting profile {profile} on a local Ray cluster at http://127.0.0.1:{port}"
                           + (" (model engines take 1-2 min to load on the CPU)" if engines else "") + "...")
-            with local_cluster(profile, port) as url:
+            with local_cluster(profile, port, say=console.print) as url:
                 console.print(f"serving at {url} (OpenAPI schema: {url}/docs)")
                 results = run_with_progress(console, url, bodies, f"{tool_source} sessions over HTTP ({profile})",
                                             2 if not sim else 64, AppWatch([a.name for a in apps]))
@@ -230,10 +231,31 @@ def serve_profile(console: Console, profile: str, tasks: tuple[str, ...] | None,
 
 
 def report_failures(console: Console, results: list[SessionResult]) -> int:
-    failed = [r for r in results if r.status != "done"]
-    for r in failed:
-        console.print(f"[red]{r.method} task {r.task_id}: {r.status}[/red] {r.error or ''}")
-    return 1 if failed else 0
+    """One line per session that did not end well, saying why: one that did not finish (failed with its
+    error, stalled, its stream wrong), one whose observations carry an infrastructure error, and one
+    done but not graded (tau2's evaluator's reason). Returns 1 if the product failed (any of the first
+    two), else 0: a task the agent got wrong (reward 0) or could not be graded is not the product failing."""
+    product = 0
+    for r in results:
+        who = f"{LABELS.get(r.method, r.method)} task {r.task_id}"
+        if r.status != "done":
+            console.print(f"[red]{who}: {r.status}[/red] {escape(r.error or '(no reason given)')}", soft_wrap=True)
+        elif r.error_observations:
+            console.print(f"[red]{who}: {r.error_observations} observation(s) carry an infrastructure error[/red]",
+                          soft_wrap=True)
+        elif r.reward is None:
+            console.print(f"[yellow]{who}: not graded[/yellow] {escape(r.grade_error or 'the server gave no reward')}",
+                          soft_wrap=True)
+            continue
+        else:
+            continue
+        product += 1
+    graded = sum(r.reward is not None for r in results)
+    if results:
+        console.print(f"{len(results)} sessions: {graded} graded, "
+                      + (f"{product} failed by the product (exit 1)" if product else "none failed by the product"),
+                      highlight=False)
+    return 1 if product else 0
 
 
 def hardware_label(apps: Sequence[Any]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -133,17 +133,17 @@ def build(import_path: str, args: Mapping[str, Any]) -> Any:
     return getattr(importlib.import_module(module), attr)(dict(args))
 
 
-def run_profile(schema: Any, port: int | None = None, proxy_location: str | None = None) -> str:
+def run_profile(schema: Any, port: int | None = None, proxy_location: str | None = None,
+                say: Callable[[str], None] = lambda line: None) -> str:
     """Deploy every application of a validated profile on the connected Ray cluster, without waiting
     for them to run (``workload.wait_ready`` waits, and reports a deployment that cannot start);
     returns the base URL. The caller owns ``ray.init`` and ``serve.shutdown``.
     ``proxy_location="HeadOnly"`` where several nodes share one host and so cannot each bind the port."""
-    from ray import serve
+    from .startup import start_serve
 
     http = schema.http_options
     host, port = (getattr(http, "host", None) or "127.0.0.1"), port or getattr(http, "port", 8000)
-    serve.start(http_options={"host": host, "port": port},
-                **({"proxy_location": proxy_location} if proxy_location else {}))
+    start_serve({"host": host, "port": port}, say, **({"proxy_location": proxy_location} if proxy_location else {}))
     deploy((a.name, a.route_prefix, a) for a in schema.applications)
     return f"http://{host}:{port}"
 

@@ -21,9 +21,15 @@ import httpx
 
 from .client import GatewayClient
 from .profiles import deploy, load_profile, run_profile
+from .startup import patient_serve_env, ray_init, start_serve
 from .watch import AppWatch
 
 LOCAL_MODELS = {"tiny-weak": 0, "tiny-strong": 1}  # folder name -> seed of the random weights
+# What the infrastructure says when it fails (the session log, its lease, the tool host, the store, Ray):
+# a tool's observation that carries one of these is the product failing, never the tool's answer.
+INFRA_ERRORS = ("ServiceUnavailable", "Unavailable", "not acknowledged", "session log", "fenced", "tool host",
+                "StoreError", "chaos:", "ConnectionError", "CancelledError", "ActorDiedError", "RayActorError",
+                "Traceback", "write outcome unknown", "write not run")
 CHATTY = ("httpx", "LiteLLM", "openai")  # client libraries that log every request at INFO
 
 
@@ -67,16 +73,18 @@ def output_to(log_path: Path) -> Iterator[IO[str]]:
 
 @contextmanager
 def local_ray(num_cpus: int = 8, address: str | None = None) -> Iterator[None]:
-    """A fresh local Ray instance (``num_cpus`` logical CPUs), or with ``address`` a connection to that
-    running cluster. Worker output stays in Ray's own log files (``log_to_driver=False``). On exit Serve's
-    applications stop, and so does a Ray instance started here."""
+    """A fresh local Ray instance (``num_cpus`` logical CPUs, Serve's proxy checks made patient for a busy
+    machine: ``startup.patient_serve_env``), or with ``address`` a connection to that running cluster, as
+    it is. Worker output stays in Ray's own log files (``log_to_driver=False``). ``StartupFailed``, one
+    line, if Ray cannot start. On exit Serve's applications stop, and so does a Ray instance started here."""
     import ray
     from ray import serve
 
     if address is None:
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        with patient_serve_env():  # the raylet and every Ray process it starts inherit it
+            ray_init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     else:
-        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+        ray_init(address=address, log_to_driver=False, logging_level="WARNING")
     for chatty in CHATTY:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
@@ -106,26 +114,29 @@ def apps_of(schema: Any, rename: str | None = None) -> list[App]:
     return out
 
 
-def start_apps(apps: Sequence[App], port: int, host: str = "127.0.0.1") -> str:
-    """Start Serve's HTTP proxy on ``port`` and deploy ``apps`` without waiting for them (model engines
-    load for a minute or two); returns the proxy's base URL. :func:`wait_ready` says when an app answers."""
-    from ray import serve
-
-    serve.start(http_options={"host": host, "port": port})
+def start_apps(apps: Sequence[App], port: int, host: str = "127.0.0.1",
+               say: Callable[[str], None] = lambda line: None) -> str:
+    """Start Serve's HTTP proxy on ``port`` (waiting while it comes up: ``startup.start_serve``, each wait
+    one line through ``say``) and deploy ``apps`` without waiting for them (model engines load for a
+    minute or two); returns the proxy's base URL. :func:`wait_ready` says when an app answers."""
+    start_serve({"host": host, "port": port}, say)
+    say(f"deploying {', '.join(a.name for a in apps)}...")
     deploy((a.name, a.route_prefix, a.spec) for a in apps)
     return f"http://{host}:{port}"
 
 
-def wait_ready(base: str, apps: Sequence[App], timeout_s: float = 900.0, watch: AppWatch | None = None) -> None:
+def wait_ready(base: str, apps: Sequence[App], timeout_s: float = 900.0, watch: AppWatch | None = None,
+               say: Callable[[str], None] = lambda line: None) -> None:
     """Return once every SpecAgent gateway among ``apps`` answers ``/healthz`` and every model engine
-    answers a one-token chat; TimeoutError naming the URL otherwise, and ``AppFailed`` as soon as a
-    deployment of theirs cannot start (``watch``, by default one over ``apps``)."""
+    answers a one-token chat (each wait one line through ``say``); TimeoutError naming the URL otherwise,
+    and ``AppFailed`` as soon as a deployment of theirs cannot start (``watch``, by default one over ``apps``)."""
     from .engines import wait_until_serving
 
     watch = watch or AppWatch([a.name for a in apps])
     for a in apps:
         prefix = a.route_prefix.rstrip("/")
         if a.spec.import_path.endswith(":build_app"):
+            say(f"waiting for {a.name}'s gateway and coordinators at {base}{prefix}...")
             wait_for_http(f"{base}{prefix}/healthz", timeout_s, watch.check)
             AppWatch([a.name], watch.status).wait_running(timeout_s)  # its coordinators run, not only the gateway
         models = [c["model_loading_config"]["model_id"] for c in (a.spec.args or {}).get("llm_configs", [])]
@@ -135,15 +146,16 @@ def wait_ready(base: str, apps: Sequence[App], timeout_s: float = 900.0, watch: 
 
 @contextmanager
 def local_cluster(profile: str, port: int, args: dict[str, Any] | None = None, num_cpus: int = 8,
-                  timeout_s: float = 900.0, address: str | None = None) -> Iterator[str]:
+                  timeout_s: float = 900.0, address: str | None = None,
+                  say: Callable[[str], None] = lambda line: None) -> Iterator[str]:
     """Deploy a profile on a fresh local Ray instance, or with ``address`` on that running cluster
     (several nodes on one host, as ``cluster/local_multinode.py`` starts: one HTTP proxy, on the head);
     yields the gateway's base URL once it answers and, for model engines, once every engine answers a
     one-token chat. The applications stop on exit, and so does a Ray instance started here."""
     schema = load_profile(profile, args, port=port)
     with local_ray(num_cpus, address):
-        url = run_profile(schema, port=port, proxy_location=None if address is None else "HeadOnly")
-        wait_ready(url, apps_of(schema), timeout_s)
+        url = run_profile(schema, port=port, proxy_location=None if address is None else "HeadOnly", say=say)
+        wait_ready(url, apps_of(schema), timeout_s, say=say)
         yield url
 
 
@@ -184,6 +196,25 @@ class SessionResult:
     engine_s: float = 0.0  # the session's time in engine calls (batch waits included), from its ledger
     hbm_bytes: float = 0.0  # estimated HBM reads of both models (the resource report's hbm_bytes)
     strong_hbm_bytes: float | None = None  # the strong model's share, where the report splits HBM by role
+    grade_error: str | None = None  # why a done session has no reward (tau2's evaluator refused its record)
+    error_observations: int = 0  # observations that carry an infrastructure error (INFRA_ERRORS)
+
+
+def observation_texts(record: dict[str, Any]) -> Iterator[str]:
+    """Every text a step, a commit or a tool result record gives the agent as an observation: the
+    observation's content, its parallel parts' and the user's tool calls'."""
+    found = [s.get("observation") for s in record.get("steps") or []] + [record.get("observation")]
+    while found:
+        obs = found.pop()
+        if isinstance(obs, dict):
+            yield str(obs.get("content", ""))
+            found += obs.get("parts") or []
+            yield from (str(u.get("content", "")) for u in obs.get("user_calls") or [])
+
+
+def infrastructure_errors(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The observations in ``records`` (steps, commits or tool results) that carry an infrastructure error."""
+    return [t for r in records for t in observation_texts(r) if any(word in t for word in INFRA_ERRORS)]
 
 
 STALL_S = 300.0  # a session with no new event for this long has stopped making progress
@@ -222,7 +253,8 @@ async def run_sessions(url: str, api_key: str, bodies: list[dict[str, Any]], con
                                        strong["decode_tokens"], strong["prompt_tokens"],
                                        weak["decode_tokens"], time.perf_counter() - start,
                                        strong["wall_s"] + weak["wall_s"],
-                                       *_hbm(traj.get("resources") or {}))
+                                       *_hbm(traj.get("resources") or {}), traj.get("grade_error"),
+                                       len(infrastructure_errors([{"steps": traj["steps"]}])))
                 on_done(result)
                 return result
 

@@ -120,3 +120,35 @@ def test_serve_without_a_profile_is_the_main_job():
     args = build_parser().parse_args(["serve"])
     assert args.profile is None and not args.verbose
     assert build_parser().parse_args(["serve", "sim", "--verbose"]).verbose
+
+
+def report(results) -> tuple[int, str]:
+    console = Console(file=io.StringIO(), width=200)
+    code = main_job.report_failures(console, results)
+    return code, console.file.getvalue()
+
+
+def test_a_hard_task_and_an_ungraded_session_are_said_but_only_the_products_failures_fail_the_job():
+    hard = result("specagent", reward=0.0)
+    ungraded = result("strong", reward=None, grade_error="tau2's evaluator could not replay this session's record")
+    code, out = report([result("strong"), hard, ungraded])
+    assert code == 0, out
+    assert "Strong-only task 0: not graded tau2's evaluator could not replay this session's record" in out
+    assert "3 sessions: 2 graded, none failed by the product" in out
+    failed = result("specagent", reward=None, status="failed", error="unavailable: the tool host did not answer")
+    code, out = report([hard, ungraded, failed])
+    assert code == 1 and "SpecAgent task 0: failed unavailable: the tool host did not answer" in out
+    assert "1 failed by the product (exit 1)" in out
+
+
+def test_an_observation_that_carries_an_infrastructure_error_fails_the_job_though_the_session_was_graded():
+    code, out = report([result("specagent", reward=1.0, error_observations=1)])
+    assert code == 1 and "1 observation(s) carry an infrastructure error" in out
+
+
+def test_the_client_counts_infrastructure_errors_in_a_trajectorys_observations():
+    from specagent_ray.launch.workload import infrastructure_errors
+
+    steps = [{"observation": {"content": "Error: ServiceUnavailable: not acknowledged: the session log ..."}},
+             {"observation": {"content": '{"reservation_id": "XEHM4B"}'}}, {"observation": None}]
+    assert len(infrastructure_errors([{"steps": steps}])) == 1
