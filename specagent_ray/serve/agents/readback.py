@@ -233,7 +233,8 @@ def response(created: dict[str, Any], onward: Records, sid: str, n: int, labels:
     meta = turn_meta(created, turn, n)
     status = status_of(turn, latest)
     final = next((r for r in turn if r["t"] == "final"), None)
-    error = {"code": "server_error", "message": final.get("error") or "failed"} if status == "failed" else None
+    error = {"code": failure_code(final.get("error")), "message": final.get("error") or "failed"} \
+        if status == "failed" else None
     incomplete = {"reason": _incomplete_reason(final)} if status == "incomplete" else None
     created_at = meta.get("created_at", 0)
     stamps = [r["at"] for r in turn if r.get("at")]
@@ -248,6 +249,16 @@ def response(created: dict[str, Any], onward: Records, sid: str, n: int, labels:
             "error": error, **echo, "tools": meta.get("tools", []), "usage": usage(turn),
             "store": meta.get("store", True), "background": meta.get("background", False),
             "metadata": meta.get("metadata", {})}
+
+
+FAILURES = (("unavailable:", "unavailable"), ("engine unavailable:", "engine_unavailable"),
+            ("engine error:", "engine_error"))  # a failed session's error, by the runner's prefix -> its code
+
+
+def failure_code(error: str | None) -> str:
+    """A failed session's ``error.code``: ``unavailable`` for the infrastructure past its patience (the
+    session log, a tool host), ``engine_unavailable`` / ``engine_error`` for an engine, else ``server_error``."""
+    return next((code for prefix, code in FAILURES if (error or "").startswith(prefix)), "server_error")
 
 
 def _incomplete_reason(final: dict[str, Any] | None) -> str:

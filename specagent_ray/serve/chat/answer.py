@@ -50,8 +50,9 @@ def finish_reason(snap: dict[str, Any]) -> str:
 def failure(snap: dict[str, Any]) -> ApiError | None:
     """The error a failed or cancelled turn answers (OpenAI's chat has no failed completion)."""
     if snap["status"] == "failed":
-        return TurnFailed(f"the agent's session failed: {(snap.get('error') or {}).get('message', 'failed')}",
-                          code="server_error")
+        error = snap.get("error") or {}
+        return TurnFailed(f"the agent's session failed: {error.get('message', 'failed')}",
+                          code=error.get("code", "server_error"))
     if snap["status"] == "cancelled":
         return Conflict("the agent's session was cancelled during this turn", code="cancelled")
     return None

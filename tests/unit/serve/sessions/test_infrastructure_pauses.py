@@ -159,3 +159,12 @@ async def test_while_the_log_is_paused_new_sessions_get_429_and_are_admitted_aga
             await asyncio.sleep(0.02)
     s = await finished(coord, (await coord.create(request))["session_id"])
     assert s.status == "done", s.error
+
+
+def test_a_failed_sessions_error_code_says_what_failed():
+    from specagent_ray.serve.agents.readback import failure_code
+
+    assert failure_code("unavailable: the tool host did not answer within 30 s") == "unavailable"
+    assert failure_code("engine unavailable: no replica") == "engine_unavailable"
+    assert failure_code("engine error: 500") == "engine_error"
+    assert failure_code("internal error: KeyError (logged on the server)") == failure_code(None) == "server_error"
