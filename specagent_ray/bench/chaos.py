@@ -9,8 +9,8 @@ is mid-way (has committed a step and not ended). The faults are a chaos engineer
   slow-store          every store operation delayed: 10% by 20-200 ms, 2% by 1-3 s (a p99 of seconds)
   store-errors        5% of store operations raise StoreError
   lease-store-down    every store operation fails for 1.5x the lease period, once, mid-run
-  coordinator-killed  the coordinator crashes mid-run (its store connection cut, its tasks stopped); a
-                      successor waits out the lease, replays the log and resumes the sessions
+  coordinator-killed  the coordinator crashes mid-run (its store and tool host connections cut, its tasks
+                      stopped); a successor waits out the lease, replays the log and resumes the sessions
   tool-host-killed    the tool host dies mid-run (calls in flight are lost) and is down for 3 s; a new one
                       starts on the same idempotency records
   mcp-server-killed   sessions on the test bank MCP server (specagent_ray.testing.mcp_server, scripted
@@ -66,6 +66,7 @@ from .chaos_faults import (
     ChaosStore,
     Connection,
     ToolHostSwitch,
+    ToolLink,
     cpu_hog,
 )
 
@@ -96,7 +97,9 @@ class Run:
     crashed: list[Coordinator] = field(default_factory=list)  # kept: their pending tasks end with the run
 
     async def start_coordinator(self) -> None:
-        c = Coordinator(self.cfg, self.new_engines(), Local(self.tools), Connection(self.store))
+        link = ToolLink(self.tools)
+        c = Coordinator(self.cfg, self.new_engines(), Local(link), Connection(self.store))
+        c.tool_link = link  # type: ignore[attr-defined]  # cut with its store connection when it crashes
         append = c._append
 
         def timed(sid: str, record: Any, data: dict[str, Any]) -> None:  # every record passes here
@@ -112,12 +115,13 @@ class Run:
         self.coordinator = c
 
     def crash(self) -> None:
-        """Crash the current coordinator as a killed process would: its store connection first, then its tasks."""
+        """Crash the current coordinator as a killed process would: its connections to the store and the tool
+        host first (what its stopped tasks still do on their way out reaches neither), then its tasks."""
         c, self.coordinator = self.coordinator, None
         if c is None:
             return
         self.crashed.append(c)
-        c.log.store.cut = True  # type: ignore[attr-defined]  # its Connection
+        c.log.store.cut = c.tool_link.cut = True  # type: ignore[attr-defined]  # its Connection and ToolLink
         for task in (c.commits.flusher, c.log._renewer, *(s.runner for s in c.sessions.values())):
             if task is not None:
                 task.cancel()

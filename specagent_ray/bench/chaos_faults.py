@@ -1,10 +1,12 @@
 """The faults of ``bench chaos`` (``chaos.py``): a store that is slow, fails or is unreachable, one
-coordinator's connection to it that a crash cuts, a tool host replica that dies, and CPU hogs."""
+coordinator's connections to it and to the tool host that a crash cuts, a tool host replica that dies,
+and CPU hogs."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import random
 import subprocess
@@ -108,6 +110,23 @@ class ToolHostSwitch:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._alive(), name)
 
+
+class ToolLink:
+    """One coordinator's connection to the tool host (``ToolHostSwitch``); ``cut`` when it crashes: nothing
+    it sends afterwards arrives (a dead process neither writes nor closes a session's environment, which
+    its successor resumes in), and a call it sent before runs to its end at the tool host, as a remote
+    call does when its caller dies."""
+
+    def __init__(self, tools: ToolHostSwitch):
+        self.tools, self.cut = tools, False
+
+    def __getattr__(self, name: str) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.cut:
+                raise ConnectionError(f"chaos: crashed, {name} never reaches the tool host")
+            result = getattr(self.tools, name)(*args, **kwargs)
+            return await asyncio.shield(result) if inspect.isawaitable(result) else result
+        return call
 
 
 @contextlib.contextmanager

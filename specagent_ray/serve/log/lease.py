@@ -141,6 +141,10 @@ class Lease:
     def valid(self) -> bool:
         return self.lost is None and self.clock() < self._valid_until
 
+    def overdue_s(self) -> float:
+        """How long this holder has been past its renew deadline without a confirmed renewal (0 if not)."""
+        return max(0.0, self.clock() - self._valid_until)
+
     def check_not_lost(self) -> None:
         if self.lost is not None:
             raise Fenced(f"session log lease lost: {self.lost}")

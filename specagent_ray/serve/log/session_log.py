@@ -136,15 +136,17 @@ class SessionLog:
             self.on_fenced(str(exc))
             raise
 
-    def paused(self) -> str | None:
-        """Why this log cannot store records now (its lease past the renew deadline without a confirmed
-        renewal, or lost), or None: new work waits while it is paused (admission answers 429)."""
+    def paused(self, grace_s: float = 0.0) -> str | None:
+        """Why this log cannot store records now, or None: its lease lost, or past its renew deadline for
+        over ``grace_s`` without a confirmed renewal (a create waits that long for its record anyway, so
+        a shorter lapse only slows it). New work is refused while it is paused (admission: 429)."""
         if self.epoch == 0:
             return None  # not opened yet: a create waits for the opening anyway
         if self.lease.lost is not None:
             return f"the session log lease was lost ({self.lease.lost})"
-        if not self.lease.valid():
-            return f"the session log lease is not confirmed (renew deadline {self.lease.renew_deadline_s:g} s)"
+        if self.lease.overdue_s() > grace_s:
+            return (f"the session log lease is not confirmed (renew deadline {self.lease.renew_deadline_s:g} s, "
+                    f"over {grace_s:g} s ago)")
         return None
 
     # -- appending --------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 Guarantees:
 - running + admitting sessions never exceed ``max_sessions``, nor one tenant's ``tenant_max_sessions``:
   a slot is taken synchronously, before the create's first await, so a burst cannot overrun either;
-- while the session log is paused (its lease unconfirmed), no session starts (429): a running session's
-  write waits for the log, and new work would only queue behind it;
+- while the session log is paused (its lease unconfirmed for longer than a create would wait for its
+  record, ``ack_timeout_s``), no session starts (429): a running session's write waits for the log, and
+  new work would only queue behind it;
 - a create carrying an ``Idempotency-Key`` its tenant already used answers with that first session (or
   409 while it is still being created, or if the body differs); it never starts a second session.
 """
@@ -25,7 +26,7 @@ LOCAL = "local"  # the owner of sessions created in-process (tests, the bench); 
 class Admission:
     def __init__(self, cfg: CoordinatorConfig, queued: Callable[[], int],
                  limits: Callable[[str], int | None] = lambda owner: None,
-                 paused: Callable[[], str | None] = lambda: None):
+                 paused: Callable[[float], str | None] = lambda grace_s: None):
         self.cfg = cfg
         self.queued = queued
         self.paused = paused  # why the session log cannot store now (``SessionLog.paused``): back-pressure
@@ -74,7 +75,8 @@ class Admission:
                              c.retry_after_s)
         if self.queued() >= c.queue_limit:
             raise Overloaded(f"{self.queued()} engine requests queued, the limit is {c.queue_limit}", c.retry_after_s)
-        if (why := self.paused()) is not None:  # work it could not store: running sessions' writes wait meanwhile
+        if (why := self.paused(c.ack_timeout_s)) is not None:  # work it could not store in time: running
+            # sessions' writes wait for the log meanwhile
             raise Overloaded(f"{why}; new sessions wait until it is", c.retry_after_s)
 
     def started(self, sid: str, owner: str, key: str | None = None) -> None:

@@ -245,5 +245,5 @@ class Coordinator:
             log.warning("could not close session %s's tool environments", s.id, exc_info=True)
 
     async def _run(self, s: Session, catalog: Any) -> None:
-        await self.runner.run(s, catalog)
-        await self._finished_session(s)
+        ended = await self.runner.run(s, catalog)  # False: its end is not stored, and its successor resumes it
+        await self._finished_session(s, close_tools=ended)  # in the same tool environments: they stay open

@@ -12,7 +12,11 @@ Guarantees:
   tool host refuses for good (a stale lease epoch, a key reused for another call, an unknown source) is
   ``Unavailable`` at once;
 - ``Unavailable`` passes the protocol's tool error handler: the session ends ``failed`` with the reason,
-  and no observation ever carries it.
+  and no observation ever carries it;
+- a session's ``final`` record waits for the log the same way (``end_stored``): only a session whose end
+  is stored has ended. One whose coordinator was fenced (or crashed) is resumed by the next coordinator,
+  so its tool environments must outlive this one; one whose end the log did not take within the patience
+  may be, so they are left open too (at worst an environment stays on the tool host until it restarts).
 """
 
 from __future__ import annotations
@@ -36,16 +40,34 @@ async def intent_stored(durable: Callable[[], Awaitable[None]], fenced: Callable
                         clock: Callable[[], float], patience_s: float,
                         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
     """Return once the intents appended so far are stored (see the module's guarantees)."""
+    await _stored("write's intent", durable, fenced, clock, patience_s, sleep)
+
+
+async def end_stored(durable: Callable[[], Awaitable[None]], fenced: Callable[[], bool],
+                     clock: Callable[[], float], patience_s: float,
+                     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> bool:
+    """Whether a session's ``final`` record (appended before this call) got stored, waiting as an intent
+    does; False at once when fenced, after ``patience_s`` otherwise (see the module's guarantees)."""
+    try:
+        await _stored("session's end", durable, fenced, clock, patience_s, sleep)
+    except Unavailable as exc:
+        log.warning("%s: the session is left to the next coordinator", exc)
+        return False
+    return True
+
+
+async def _stored(what: str, durable: Callable[[], Awaitable[None]], fenced: Callable[[], bool],
+                  clock: Callable[[], float], patience_s: float, sleep: Callable[[float], Awaitable[None]]) -> None:
     deadline = clock() + patience_s
     while True:
         try:
             return await durable()
         except ServiceUnavailable as exc:
             if fenced():
-                raise Unavailable(f"this coordinator was fenced before the write's intent was stored: {exc}") from None
+                raise Unavailable(f"this coordinator was fenced before the {what} was stored: {exc}") from None
             if clock() >= deadline:
-                raise Unavailable(f"the write's intent was not stored within {patience_s:g} s: {exc}") from None
-            log.warning("a write's intent waits for the session log (%s)", exc)
+                raise Unavailable(f"the {what} was not stored within {patience_s:g} s: {exc}") from None
+            log.warning("a %s waits for the session log (%s)", what, exc)
             await sleep(0.5)
 
 

@@ -6,7 +6,9 @@ Guarantees: a write's intent is durable before the write runs (and after the cli
 the request asks for one: a denied write never runs), and it runs under one idempotency key
 (also when a restarted coordinator finishes it); a user-side tool call runs under
 ``Session.user_call_key``; however the method ends (done, cancelled, timed out, an engine or any
-other failure), the session's ``final`` record says how, and no exception escapes.
+other failure), the session's ``final`` record says how, and no exception escapes; a session whose
+``final`` record is not stored has not ended (its coordinator was fenced or crashed): its tool
+environments stay open for the coordinator that resumes it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from ..log.records import AgentMessage, Final, Opening, ToolResultRecord, UserMe
 from ..log.session_log import SessionLog
 from ..log.wire import observation_dict
 from ..toolhost.tool_host import ToolHostClient
-from .patience import intent_stored, tool_host_call
+from .patience import end_stored, intent_stored, tool_host_call
 from .session import IdleTimeout, Session
 from .speculation import BlockSizes, engine_load, replicas
 from .turn_taking import approved
@@ -223,8 +225,9 @@ class SessionRunner:
             return UserToolCall(call, obs.content, obs.error)
         return run
 
-    async def run(self, s: Session, catalog: Catalog) -> None:
-        """Run the session's method to its end and record the ``final`` record; never raises."""
+    async def run(self, s: Session, catalog: Catalog) -> bool:
+        """Run the session's method to its end and record the ``final`` record; never raises. True once that
+        record is stored: only then may the session's tool environments be closed (``end_stored``)."""
         try:
             parts = self.parts(s, catalog)
             if s.request.user == "tau2" and not s.task.instruction:
@@ -255,3 +258,14 @@ class SessionRunner:
             log.exception("session %s failed", s.id)  # the details stay here: they may name server config
             s.status, s.error = "failed", f"internal error: {type(exc).__name__} (logged on the server)"
         s.record(Final(status=s.status, termination=s.termination, error=s.error))  # type: ignore[arg-type]
+        return await self.end_stored()
+
+    async def end_stored(self) -> bool:
+        """Whether the session's ``final`` record got stored (``patience.end_stored``), that is whether the
+        session ended. One whose end is not in the log (this coordinator was fenced or crashed, or the log did
+        not take it in time) is resumed by the next coordinator in the same tool environments: they stay open."""
+        try:
+            return await end_stored(self.durable, lambda: self.log.lease.lost is not None, self.clock,
+                                    self.cfg.coordinator.intent_wait_s)
+        except asyncio.CancelledError:  # stopped while waiting: its end may never be stored, so it did not end
+            return False  # (and the coordinator still accounts the session's end here: nothing more awaits)

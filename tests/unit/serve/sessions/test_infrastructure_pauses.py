@@ -149,7 +149,7 @@ async def test_while_the_log_is_paused_new_sessions_get_429_and_are_admitted_aga
     request = CreateSession(tool_source="airline", task_id=TASK, user="simulated")
     store.held = True
     async with asyncio.timeout(10):
-        while coord.log.paused() is None:  # the renew deadline passes without a confirmed renewal
+        while coord.log.paused(coord.cfg.coordinator.ack_timeout_s) is None:  # past the deadline, and the grace
             await asyncio.sleep(0.02)
     with pytest.raises(Overloaded, match="not confirmed"):
         await coord.create(request)
