@@ -25,6 +25,7 @@ EPILOG = """examples:
   specagent-ray bench roofline --device cpu
   specagent-ray bench engines --features "prefill ahead"
   specagent-ray bench chaos --sessions 12
+  specagent-ray bench binder --wire-repeats 30
   specagent-ray bench tau2 --tasks 0,1 --store s3://bench-results/team-a
   specagent-ray results ls
   specagent-ray results compare tau2-airline-seed0.json tau2-airline-seed1.json
@@ -119,9 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_calls_parser(bench)
     add_beyond_parser(bench)
+    from .bench.binder import add_parser as add_binder_parser
     from .bench.chaos import add_parser as add_chaos_parser
 
     add_chaos_parser(bench)
+    add_binder_parser(bench)
     add_results_parser(sub)
     from .loadtest.command import add_parser as add_loadtest_parser
 
@@ -286,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.chaos import run_from_args as run_chaos
 
             return run_chaos(args, console)
+        if args.suite == "binder":
+            from .bench.binder import run_from_args as run_binder
+
+            return run_binder(args, console)
     except (ValueError, StoreError, BackendError, TimeoutError) as exc:
         # one line, no traceback; escape() so brackets in keys or S3 messages are not read as markup
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)

@@ -17,6 +17,7 @@ from .locust_load import LocustLoad
 from .locust_run import LocustFailed
 from .report import load_summary, print_summary, write_outputs
 from .run import LoadAborted, LoadConfig
+from .wires import READ_TOOLS, WIRES
 from .workload import Workload, parse_mix
 
 EPILOG = """examples:
@@ -27,6 +28,7 @@ EPILOG = """examples:
   specagent-ray loadtest --concurrency 1000 --client-processes 4   # the client in 4 processes
   SPECAGENT_API_KEY=... specagent-ray loadtest --url http://specagent.example:8000 --user tau2 --concurrency 64
   specagent-ray loadtest --api responses --concurrency 100   # 100 conversations on both APIs: the overhead
+  specagent-ray loadtest --api chat --concurrency 20 --duration-s 20 --sessions 100000   # steps/s vs sessions
 
 Without --url, the load generator deploys --profile on a fresh local Ray instance and targets it on
 127.0.0.1 (its dev key is used). With --url, the key comes from the environment variable --api-key-env.
@@ -41,10 +43,13 @@ def add_parser(sub: Any) -> None:
     where = lt.add_argument_group("target")
     where.add_argument("--url", default=None, help="gateway base URL; default: deploy --profile locally")
     where.add_argument("--profile", default=None, help="profile deployed when --url is not given (default: sim; "
-                       "scripted with --api responses)")
-    where.add_argument("--api", choices=("sessions", "responses"), default="sessions",
+                       "scripted with --api responses, chat, messages)")
+    where.add_argument("--api", choices=("sessions", "responses", "chat", "messages"), default="sessions",
                        help="sessions: the load below; responses: the same conversations through the sessions "
-                            "API and the Responses API in one run, and the Responses API's latency overhead")
+                            "API and the Responses API in one run, and the Responses API's latency overhead; "
+                            "chat, messages: a stateless agent loop (the whole history resent each step) on "
+                            "/v1/chat/completions or /v1/messages against the same loop on the sessions API, "
+                            "in one run: steps/s, step latency, and the sessions each loop saw (one)")
     where.add_argument("--api-key-env", default="SPECAGENT_API_KEY", help="environment variable holding the API key")
     load = lt.add_argument_group("load")
     load.add_argument("--mode", choices=("closed", "open"), default="closed",
@@ -54,7 +59,7 @@ def add_parser(sub: Any) -> None:
                            "stages of --duration-s; open: cap (shed above)")
     load.add_argument("--rate", type=float, default=5.0, help="open loop: session arrivals per second (Poisson)")
     load.add_argument("--sessions", type=int, default=None, help="most sessions started; when unset, 10000 "
-                      "(--api responses: 100 conversations)")
+                      "(--api responses, chat, messages: 100 conversations, both APIs together)")
     load.add_argument("--duration-s", type=float, default=60.0, help="no session starts after this")
     load.add_argument("--drain-s", type=float, default=60.0, help="time in-flight sessions get to finish afterwards")
     load.add_argument("--ramp-s", type=float, default=None, help="closed loop: start workers over this "
@@ -84,7 +89,8 @@ def add_parser(sub: Any) -> None:
                            "client, whichever comes first (0: none)")
     work.add_argument("--client-user-turns", type=int, default=2,
                       help="--user client: the load client answers this many agent messages (the last ends it)")
-    work.add_argument("--turns", type=int, default=3, help="--api responses: turns per conversation")
+    work.add_argument("--turns", type=int, default=3, help="--api responses: turns per conversation; --api chat, "
+                      "messages: steps per agent loop (tool calls, a read and a write in turn, then a message)")
     lt.add_argument("--out", type=Path, default=Path("results/loadtest"), help="folder for JSON, CSV and PNG")
 
 
@@ -114,8 +120,8 @@ def config_from(args: argparse.Namespace, url: str, api_key: str) -> LoadConfig:
 
 def run_loadtest(args: argparse.Namespace, console: Console) -> int:
     LocustLoad(config_from(args, "http://127.0.0.1", "-"), args.client_processes)  # bad arguments fail before
-    run = _run_apis if args.api == "responses" else _run
-    args.profile = args.profile or ("scripted" if args.api == "responses" else "sim")
+    run = {"responses": _run_apis, "chat": _run_wire, "messages": _run_wire}.get(args.api, _run)
+    args.profile = args.profile or ("sim" if args.api == "sessions" else "scripted")
     if args.url:
         key = os.environ.get(args.api_key_env)
         if not key:
@@ -129,6 +135,8 @@ def run_loadtest(args: argparse.Namespace, console: Console) -> int:
         overrides = {"session_log": log,  # a fresh log: nothing from earlier runs is replayed
                      "coordinator": {"max_sessions": max(2000, 2 * max(args.concurrency)),
                                      "queue_limit": max(4096, 8 * max(args.concurrency))}}
+        if args.api in WIRES:  # the agent loops' reads go out as drafted; their writes are verified first
+            overrides["tool_sources"] = {"app": {"read_tools": list(READ_TOOLS)}}
         with local_cluster(args.profile, free_port(), overrides) as url:
             key = os.environ.get(args.api_key_env) or "dev-key"
             return run(config_from(args, url, key), args.out, console, args.client_processes, args)
@@ -152,6 +160,34 @@ def _run_apis(cfg: LoadConfig, out: Path, console: Console, processes: int, args
     if over:
         console.print(f"Responses API overhead: p50 {over['p50_ms']:+.1f} ms, p95 {over['p95_ms']:+.1f} ms "
                       f"({s['label']}; goal: p50 within +2 ms)")
+    for error in s["errors"][:5]:
+        console.print(f"[red]error:[/red] {escape(error)}", soft_wrap=True)
+    console.print(f"wrote {write(s, out)}")
+    return 0 if not s["errors"] else 1
+
+
+def _run_wire(cfg: LoadConfig, out: Path, console: Console, processes: int, args: argparse.Namespace) -> int:
+    """``--api chat`` / ``--api messages``: agent loops on the wire and on the sessions API, ``--concurrency``
+    workers for ``--duration-s`` (at most ``--sessions`` loops, 100 unless given)."""
+    from .wires import WireLoad, compare_wire, summary, write
+
+    load = WireLoad(cfg.url, cfg.api_key, args.api, 100 if args.sessions is None else args.sessions,
+                    cfg.concurrency, args.turns, cfg.duration_s, timeout_s=cfg.request_timeout_s)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
+                  transient=True) as progress:
+        bar = progress.add_task("steps", total=None)
+        result = asyncio.run(compare_wire(load, lambda done: progress.update(bar, completed=done)))
+    s = summary(load, result)
+    for api, st in s["apis"].items():
+        console.print(f"{api:>9} API: {st['loops']} loops, {st['steps']} steps, {st['steps_per_s']:.1f} steps/s, "
+                      f"step p50 {st.get('p50_ms', 0):.1f} ms, p95 {st.get('p95_ms', 0):.1f} ms")
+    vs, per = s["wire_against_sessions"], s["sessions_per_loop"]
+    if vs:
+        ratio = "-" if vs["steps_per_s_ratio"] is None else f"{vs['steps_per_s_ratio']:.2f}x"
+        console.print(f"{args.api} against the sessions API: steps/s {ratio}, step p50 {vs['p50_ms']:+.1f} ms, "
+                      f"p95 {vs['p95_ms']:+.1f} ms ({s['label']})")
+    console.print(f"sessions per {args.api} loop: {per['one_session']} of {per['loops']} loops were one session "
+                  f"(most: {per['max']})")
     for error in s["errors"][:5]:
         console.print(f"[red]error:[/red] {escape(error)}", soft_wrap=True)
     console.print(f"wrote {write(s, out)}")

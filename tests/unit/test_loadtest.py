@@ -254,3 +254,79 @@ def test_api_responses_against_a_server_without_the_routes_reports_errors_and_ex
                      "--turns", "1", "--out", str(tmp_path / "o")])
     out = capsys.readouterr().out
     assert code == 1 and "error:" in out and "Traceback" not in out
+
+
+LOOPS = {"engines": {"kind": "scripted"}, "tool_sources": {"app": {"kind": "client", "read_tools": ["read_file"]}}}
+
+
+def sessions_started(url: str) -> int:
+    import httpx
+
+    return sum(httpx.get(f"{url}/v1/stats", headers={"X-API-Key": "dev-key"}, timeout=30).json()["sessions"].values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wire", ["chat", "messages"])
+def test_api_wire_runs_stateless_loops_as_one_session_each_and_reports_steps_per_s(wire, tmp_path, capsys,
+                                                                                    monkeypatch):
+    monkeypatch.setenv("LT_KEY", "dev-key")
+    with in_process_gateway(tmp_path / "log", app=LOOPS) as url:
+        before = sessions_started(url)
+        code = main(["loadtest", "--url", url, "--api-key-env", "LT_KEY", "--api", wire, "--sessions", "8",
+                     "--concurrency", "4", "--turns", "4", "--duration-s", "30", "--out", str(tmp_path / "o")])
+        started = sessions_started(url) - before
+    report = json.loads((tmp_path / "o" / f"{wire}-vs-sessions.json").read_text())
+    assert code == 0 and report["errors"] == [] and "MEASURED" in report["label"]
+    sessions, on_wire = report["apis"]["sessions"], report["apis"][wire]
+    assert sessions["loops"] == on_wire["loops"] == 4 and sessions["steps"] == on_wire["steps"] == 16
+    assert on_wire["steps_per_s"] > 0 and sessions["steps_per_s"] > 0
+    assert report["sessions_per_loop"] == {"loops": 4, "one_session": 4, "max": 1}
+    assert started == 8  # the coordinator's own count: one session per loop, on either API
+    vs = report["wire_against_sessions"]
+    assert vs["p50_ms"] == pytest.approx(on_wire["p50_ms"] - sessions["p50_ms"])
+    assert vs["steps_per_s_ratio"] == pytest.approx(on_wire["steps_per_s"] / sessions["steps_per_s"])
+    assert f"sessions per {wire} loop: 4 of 4 loops were one session" in capsys.readouterr().out
+
+
+def test_a_loop_that_the_server_splits_into_several_sessions_is_an_error(tmp_path):
+    from specagent_ray.loadtest.wires import WireLoad, WireResult, summary
+
+    cfg = WireLoad("http://x", "k", "chat", conversations=4, concurrency=2, steps=2)
+    res = WireResult(steps={"sessions": [(0.1, 0.05), (0.2, 0.1)], "chat": [(0.1, 0.05), (0.3, 0.2)]},
+                     first={"sessions": [0.05], "chat": [0.05]}, loops={"sessions": 1, "chat": 1},
+                     sessions_per_loop=[2], errors=["chat loop 1 saw 2 sessions, not one"], window_s=0.25)
+    s = summary(cfg, res)
+    assert s["sessions_per_loop"] == {"loops": 1, "one_session": 0, "max": 2} and s["errors"]
+    assert s["apis"]["sessions"]["steps_per_s"] == pytest.approx(2 / 0.25)  # both steps ended in the window
+    assert s["apis"]["chat"]["steps_per_s"] == pytest.approx(1 / 0.25)  # one ended after it
+    with pytest.raises(ValueError, match="concurrency >= 2"):
+        WireLoad("http://x", "k", "chat", concurrency=1)
+
+
+@pytest.mark.slow
+def test_api_wire_against_a_loop_the_server_does_not_bind_reports_the_split_and_exits_1(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """A client that re-renders the agent's calls with ids of its own (the server cannot recognise its
+    history) starts a session per step: the run must say so, not report a clean loop."""
+    from specagent_ray.loadtest import wires
+
+    real = wires._chat_step
+
+    async def renamed(client, cfg, history, calls, k, sids):
+        done = await real(client, cfg, history, calls, k, sids)
+        for m in history:
+            for c in m.get("tool_calls") or ():
+                c["id"] = c["id"].replace(":", "-x-")
+            if m.get("role") == "tool":
+                m["tool_call_id"] = m["tool_call_id"].replace(":", "-x-")
+        return done
+
+    monkeypatch.setattr(wires, "_chat_step", renamed)
+    monkeypatch.setenv("LT_KEY", "dev-key")
+    with in_process_gateway(tmp_path / "log", app=LOOPS) as url:
+        code = main(["loadtest", "--url", url, "--api-key-env", "LT_KEY", "--api", "chat", "--sessions", "2",
+                     "--concurrency", "2", "--turns", "3", "--out", str(tmp_path / "o")])
+    report = json.loads((tmp_path / "o" / "chat-vs-sessions.json").read_text())
+    assert code == 1 and report["sessions_per_loop"] == {"loops": 1, "one_session": 0, "max": 2}
+    assert any("saw 2 sessions, not one" in e for e in report["errors"])
+    assert "0 of 1 loops were one session" in capsys.readouterr().out
