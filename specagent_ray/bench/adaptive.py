@@ -10,7 +10,10 @@ controller's K per block, at several loads, in one run.
 3. Each method's realized call mix (calls per committed step and mean tokens, per role and purpose, from
    the sessions' ledgers: SIMULATED tokens) is priced at its own closed-loop operating point at the level
    (``planner.operate``, the planner's batch term): GPU-seconds, strong HBM and step latency per committed
-   step, ESTIMATED. Pass@1 is SIMULATED, with a 95 % bootstrap interval over tasks.
+   step, ESTIMATED. Pass@1 is SIMULATED, with a 95 % bootstrap interval over tasks. Every figure counts every
+   role (drafter and strong; GPU-s and HBM in total, the split beside it); a strong-only figure says so.
+4. The issue's goals in totals (``costs/totals.py``): each mix on a fleet sized to 10 and to 1,000 sessions,
+   all-role HBM per committed step and GPUs per committed step/s against Strong-only, PASS or MISS.
 
 Why not 1,000 sessions through the served sim profile: on a 2-core machine the coordinator, not the
 simulated GPUs, would set the pace there (about 100 committed steps/s), and the latencies would measure
@@ -38,6 +41,14 @@ from ..costs.controller import METRIC, OBJECTIVES, Controller, Load, TokenModel
 from ..costs.fleet import PlanInputs, make_plan, weak_for
 from ..costs.online import AdaptiveK, Observer, OnlineEstimate, Prior
 from ..costs.planner import Calls, CallShape, Operating, Traffic, operate
+from ..costs.totals import (
+    GOAL_HIGH,
+    GOAL_LOW,
+    Goal,
+    fleet_view,
+    mix_shapes,
+    total_goals,
+)
 from ..protocol.baselines import METHODS
 from ..protocol.runtime import SpecConfig
 
@@ -149,11 +160,28 @@ class Level:
     chosen_k: dict[int, int]
 
 
-def figures(op: Operating, runs: Sequence[Session]) -> dict[str, float]:
+def figures(op: Operating, runs: Sequence[Session], inputs: PlanInputs | None = None) -> dict[str, float]:
+    """The figures of one method at one level: at its operating point on the plan's fleet (GPU-s and HBM of
+    every role, ``strong_hbm`` the strong model's alone), and with ``inputs``, on a fleet sized to the level
+    (``fleet_*``: GPUs per committed step/s, step latency, all-role HBM per committed step)."""
     p, lo, hi = pass_interval(runs)
-    return {"gpu_seconds": op.cost.gpu_s, "strong_hbm": op.cost.strong.hbm, "latency": op.step_latency_s,
-            "batch_strong": op.batch_strong, "pass_at_1": p, "pass_low": lo, "pass_high": hi,
-            "committed_steps": float(sum(r.steps for r in runs))}
+    out = {"gpu_seconds": op.cost.gpu_s, "strong_hbm": op.cost.strong.hbm, "weak_hbm": op.cost.weak.hbm,
+           "hbm_total": op.cost.strong.hbm + op.cost.weak.hbm + op.cost.mid.hbm, "latency": op.step_latency_s,
+           "batch_strong": op.batch_strong, "pass_at_1": p, "pass_low": lo, "pass_high": hi,
+           "committed_steps": float(sum(r.steps for r in runs))}
+    if inputs is not None:
+        v = sized(runs, inputs, op.sessions)
+        out.update(fleet_gpu_s_per_step=v.gpu_s_per_step, fleet_latency=v.step_latency_s,
+                   fleet_hbm_total=v.hbm()["total"], fleet_gpus=float(v.total_gpus))
+    return out
+
+
+def sized(runs: Sequence[Session], inputs: PlanInputs, sessions: float):
+    """The runs' call mix on a fleet sized to ``sessions`` (``costs/totals.py``; ESTIMATED)."""
+    mix, longest = call_mix(runs)
+    traffic = Traffic(sessions, float(np.mean([r.steps for r in runs])), inputs.traffic.think_time_s)
+    engines = {"strong": inputs.strong, "weak": inputs.weak}
+    return fleet_view(mix, engines, traffic, inputs.acceptance, mix_shapes(mix, longest))
 
 
 def run_levels(args: argparse.Namespace, inputs: PlanInputs, levels: list[tuple[float, str]],
@@ -186,7 +214,7 @@ def run_levels(args: argparse.Namespace, inputs: PlanInputs, levels: list[tuple[
         for r in runs["adaptive"]:
             for k in r.chosen:
                 chosen[k] += 1
-        out.append(Level(sessions, label, {m: figures(priced(runs[m], inputs, sessions), runs[m]) for m in SPEC},
+        out.append(Level(sessions, label, {m: figures(priced(runs[m], inputs, sessions), runs[m], inputs) for m in SPEC},
                          dict(sorted(chosen.items()))))
     return out
 
@@ -205,19 +233,42 @@ def goals(levels: Sequence[Level], objective: str) -> list[tuple[str, bool]]:
             ("Pass@1 of adaptive within fixed K's bootstrap interval at every level", all(quality))]
 
 
+def total_goals_of(levels: Sequence[Level]) -> list[Goal]:
+    """The issue's goals in totals for fixed and adaptive K, where the run has the 10- and 1,000-session levels
+    (fleets sized to each; Pass@1 inside Strong-only's bootstrap interval)."""
+    by = {lv.sessions: lv.figures for lv in levels}
+    if GOAL_LOW not in by or GOAL_HIGH not in by or "fleet_gpu_s_per_step" not in by[GOAL_LOW]["strong"]:
+        return []
+    low, high = by[GOAL_LOW], by[GOAL_HIGH]
+    out = []
+    for m, name in (("fixed", "fixed K"), ("adaptive", "adaptive K")):
+        ok = high["strong"]["pass_low"] <= high[m]["pass_at_1"] <= high["strong"]["pass_high"]
+        note = f"Pass@1 {high[m]['pass_at_1']:.1f} in Strong-only's [{high['strong']['pass_low']:.1f}, " \
+               f"{high['strong']['pass_high']:.1f}]: {'yes' if ok else 'no'}"
+        out += total_goals(name, low[m]["fleet_hbm_total"] / low["strong"]["fleet_hbm_total"],
+                           high[m]["fleet_gpu_s_per_step"] / high["strong"]["fleet_gpu_s_per_step"],
+                           high["strong"]["fleet_latency"] / high[m]["fleet_latency"], ok, note)
+    return out
+
+
 def level_table(lv: Level, objective: str) -> Table:
     t = Table(title=f"{lv.sessions:,.0f} sessions ({lv.label}): per committed step; GPU-s, HBM, latency ESTIMATED "
                     "(simulated tokens), Pass@1 SIMULATED")
     for col in ("figure", "Strong-only", "fixed K", "adaptive", "adaptive / best fixed"):
         t.add_column(col, justify="left" if col == "figure" else "right")
     f = lv.figures
-    for key, name, fmt in (("gpu_seconds", "GPU-s (strong + weak)", "{:.3f}"), ("strong_hbm", "strong HBM, TB", "{:.3f}"),
-                           ("latency", "step latency, s", "{:.2f}"), ("batch_strong", "strong batch / replica", "{:.1f}")):
-        scale = 1e-12 if key == "strong_hbm" else 1
+    rows = [("gpu_seconds", "GPU-s, all roles (strong + weak)", "{:.3f}"), ("hbm_total", "HBM all roles, TB", "{:.3f}"),
+            ("weak_hbm", "  of which weak, TB", "{:.3f}"), ("strong_hbm", "  of which strong (strong model only), TB", "{:.3f}"),
+            ("latency", "step latency, s", "{:.2f}"), ("batch_strong", "strong batch / replica", "{:.1f}")]
+    if "fleet_gpu_s_per_step" in f["strong"]:
+        rows += [("fleet_gpu_s_per_step", "fleet sized to this load: GPUs per committed step/s", "{:.3f}"),
+                 ("fleet_latency", "fleet sized to this load: step latency, s", "{:.2f}")]
+    for key, name, fmt in rows:
+        scale = 1e-12 if "hbm" in key else 1
         best = min(f["strong"][key], f["fixed"][key])
         t.add_row(name + (" (objective)" if key == objective else ""),
                   *(fmt.format(f[m][key] * scale) for m in SPEC),
-                  f"{f['adaptive'][key] / best:.3f}" if key != "batch_strong" else "")
+                  f"{f['adaptive'][key] / best:.3f}" if key != "batch_strong" and best > 0 else "")
     t.add_row("Pass@1 % [95 % interval]", *(f"{f[m]['pass_at_1']:.1f} [{f[m]['pass_low']:.1f}, {f[m]['pass_high']:.1f}]"
                                             for m in SPEC), "")
     t.add_row("K chosen (blocks)", "", "", ", ".join(f"{k}: {n}" for k, n in lv.chosen_k.items()), "")
@@ -268,10 +319,17 @@ def run_from_args(args: argparse.Namespace, console: Console) -> int:
     met = goals(done, args.objective)
     for text, ok in met:
         console.print(f"  goal: {text}: {'[green]met[/green]' if ok else '[red]not met[/red]'}")
+    totals = total_goals_of(done)
+    for g in totals:
+        console.print(f"  goal in totals ({g.scope}): {g.name}: {g.figure}: {g.verdict}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"objective": args.objective, "labels": {
-        "gpu_seconds, strong_hbm, latency": "estimated (cost model at each method's operating point; simulated tokens)",
+        "gpu_seconds, hbm_total, weak_hbm, strong_hbm, latency": "estimated (cost model at each method's operating "
+        "point; simulated tokens; hbm_total and gpu_seconds count every role, strong_hbm the strong model only)",
+        "fleet_*": "estimated (the method's mix on a fleet sized to the level, costs/totals.py)",
         "pass_at_1": "simulated (tau2 evaluator on simulated policies)"},
-        "levels": [asdict(lv) for lv in done], "goals": dict(met)}, indent=1))
+        "levels": [asdict(lv) for lv in done], "goals": dict(met),
+        "goals_in_totals": [{"goal": g.name, "scope": g.scope, "figure": g.figure, "verdict": g.verdict}
+                            for g in totals]}, indent=1))
     console.print(f"figures written to {args.out}")
     return 0 if all(ok for _, ok in met) else 1

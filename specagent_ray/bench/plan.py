@@ -25,8 +25,16 @@ from ..costs.fleet import SHARD_STEPS_PER_S, Plan, PlanInputs, decode_knee, make
 from ..costs.planner import Acceptance, Engine, Traffic, token_model_shapes
 from ..costs.profiles import read_profile
 from ..costs.specs import GpuProfile, gpu_names, load_gpu, load_model
-from .plan_chain import NAMES, add_chain_args, chain_dict, chain_from, chain_table, mid_gpus
+from .plan_chain import (
+    NAMES,
+    add_chain_args,
+    chain_dict,
+    chain_from,
+    chain_table,
+    mid_gpus,
+)
 from .plan_compare import Side, compare_dict, compare_table
+from .plan_fleet import fleet_dict, fleet_table, fleet_views
 from .plan_inputs import from_bench
 
 HELP = """Capacity planner: does SpecAgent save strong-model HBM, GPU-seconds and step latency against
@@ -220,7 +228,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
     plan = make_plan(resolved.inputs, args.max_sessions, args.points)
     for table in tables(plan, resolved.labels) + ([chain_table(plan)] if plan.inputs.mid else []):
         console.print(table)
-    extra: dict[str, Any] = chain_dict(plan)
+    extra: dict[str, Any] = {**chain_dict(plan), **fleet_dict(fleet_views(plan))}
     if args.compare_gpu:
         other = resolve(argparse.Namespace(**{**vars(args), "gpu": args.compare_gpu}))
         b = Side("--compare-gpu", args.compare_gpu, other.labels["gpu"],
@@ -264,23 +272,26 @@ def tables(plan: Plan, labels: dict[str, str]) -> list[Table]:
         f"{name} {c.prompt:.0f} / {c.cached:.0f} / {c.decode:.0f}" for name, c in
         (("step", s.step), ("verify", s.verify), ("repair", s.repair), ("draft", s.draft))), labels["tokens"])
     t0.add_row("coordinator shard capacity", f"{i.shard_steps_per_s:g} committed steps/s", labels["shard capacity"])
-    return [t0, _load_table(plan), _crossover_table(plan), _fleet_table(plan)]
+    return [t0, fleet_table(plan), _load_table(plan), _crossover_table(plan), _fleet_table(plan)]
 
 
 def _load_table(plan: Plan) -> Table:
     so, sa = plan.at_load["strong"], plan.at_load[plan.inputs.method]
     i, name = plan.inputs, NAMES[plan.inputs.method]
-    t = Table(title=f"At {i.traffic.sessions:g} sessions on {i.strong.replicas} verifier replica(s) "
-                    f"(ESTIMATED; saving = Strong-only / {name})")
+    t = Table(title=f"On today's verifier fleet: at {i.traffic.sessions:g} sessions on {i.strong.replicas} verifier "
+                    f"replica(s) (ESTIMATED; saving = Strong-only / {name}). On the verifier fleet that serves "
+                    "Strong-only today, what does each method's committed step keep busy?")
     for col in ("figure", "Strong-only", name, "saving", "label"):
         t.add_column(col, justify="right" if col not in ("figure", "label") else "left")
     rows = [("committed steps / s", f"{so.steps_per_s:.1f}", f"{sa.steps_per_s:.1f}", "", "estimated"),
             ("strong batch per replica (sequences)", f"{so.batch_strong:.1f}", f"{sa.batch_strong:.1f}", "", "estimated"),
             ("drafter batch per replica / replicas", "-", f"{sa.batch_weak:.1f} / {_weak_reps(plan)}", "", "estimated"),
-            ("strong HBM per committed step, TB", _tb(so.cost.strong.hbm), _tb(sa.cost.strong.hbm),
-             _x(plan.saving["hbm"]), "estimated"),
-            ("GPU-s per committed step (all roles)", f"{so.cost.gpu_s:.3f}", f"{sa.cost.gpu_s:.3f}",
-             _x(plan.saving["gpu_s"]), "estimated"),
+            ("HBM per committed step, TB, all roles", _tb(_hbm(so)), _tb(_hbm(sa)), _x(_hbm(so) / _hbm(sa)),
+             "estimated"),
+            ("  strong HBM per committed step, TB (strong model only)", _tb(so.cost.strong.hbm),
+             _tb(sa.cost.strong.hbm), _x(plan.saving["hbm"]), "estimated"),
+            ("busy GPU-s per committed step, all roles (not the fleet's price: see the headline)",
+             f"{so.cost.gpu_s:.3f}", f"{sa.cost.gpu_s:.3f}", _x(plan.saving["gpu_s"]), "estimated"),
             ("step latency s (engines + queueing)", f"{so.step_latency_s:.2f}", f"{sa.step_latency_s:.2f}",
              _x(plan.saving["latency"]), "estimated"),
             ("capped by (sessions queue)", so.capped or "-", sa.capped or "-", "", "estimated"),
@@ -293,6 +304,10 @@ def _load_table(plan: Plan) -> Table:
     for row in rows:
         t.add_row(*row)
     return t
+
+
+def _hbm(op: Any) -> float:
+    return op.cost.strong.hbm + op.cost.mid.hbm + op.cost.weak.hbm
 
 
 def _adaptive_k(plan: Plan, k_max: int = 6) -> str:
@@ -329,7 +344,8 @@ def _crossover_table(plan: Plan) -> Table:
     t = Table(title=f"Where the saving vanishes (ESTIMATED; sessions 1-{top:,.0f}, same verifier fleet)")
     for col in ("saving", "at planned load", "lowest in range (at sessions)", "<= 1 from", "above 1 again from"):
         t.add_column(col)
-    names = {"hbm": "strong HBM / step", "gpu_s": "GPU-s / step", "latency": "step latency"}
+    names = {"hbm": "strong HBM / step (strong model only)", "gpu_s": "busy GPU-s / step (all roles)",
+             "latency": "step latency"}
     for metric, name in names.items():
         low = min(plan.sweep, key=lambda p: p.saving[metric])
         first, back = plan.crossover[metric]
@@ -341,25 +357,21 @@ def _crossover_table(plan: Plan) -> Table:
 
 def _fleet_table(plan: Plan) -> Table:
     i = plan.inputs
-    t = Table(title=f"Fleet for {i.traffic.sessions:g} sessions, each replica at its target batch (ESTIMATED; "
-                    "shards from the measured shard capacity)")
+    t = Table(title=f"Replicas and shards of the headline's fleets, {i.traffic.sessions:g} sessions, each replica at "
+                    "its target batch (ESTIMATED; shards from the measured shard capacity)")
     for col in ("figure", "Strong-only", NAMES[i.method]):
         t.add_column(col, justify="right" if col != "figure" else "left")
     so, sa = plan.sizing["strong"], plan.sizing[plan.inputs.method]
     knee = decode_knee(i.strong, i.shapes.step.prompt)
     rows = [("target batch strong / weak (strong compute knee: " + ("none" if knee is None else f"{knee:.0f}") + ")",
              f"{so.target_batch_strong:.0f} / -", f"{sa.target_batch_strong:.0f} / {sa.target_batch_weak:.0f}"),
-            ("committed steps / s", f"{so.steps_per_s:.1f}", f"{sa.steps_per_s:.1f}"),
-            ("step latency s", f"{so.step_latency_s:.2f}", f"{sa.step_latency_s:.2f}"),
             ("strong decode tokens / s needed (one replica gives)",
              f"{so.strong_decode_tokens_per_s:,.0f} ({so.strong_replica_tokens_per_s:,.0f})",
              f"{sa.strong_decode_tokens_per_s:,.0f}"),
             (f"verifier replicas (x {i.strong.gpus} GPUs)", str(so.strong_replicas), str(sa.strong_replicas)),
             (f"drafter replicas (x {i.weak.gpus} GPUs)", "0", str(sa.weak_replicas)),
-            ("GPUs in all" + (" (with the mid verifiers)" if i.mid else ""), str(so.strong_replicas * i.strong.gpus),
-             str(gpus := sa.strong_replicas * i.strong.gpus + sa.weak_replicas * i.weak.gpus + mid_gpus(plan))),
-            ("GPUs per committed step/s", f"{so.strong_replicas * i.strong.gpus / so.steps_per_s:.2f}",
-             f"{gpus / sa.steps_per_s:.2f}"),
+            (f"mid verifier replicas (x {i.mid.gpus} GPUs)" if i.mid else "mid verifier replicas", "0",
+             str(mid_gpus(plan) // i.mid.gpus if i.mid else 0)),
             ("coordinator shards (at least 2 for restarts, docs/serving.md)", str(so.shards), str(sa.shards))]
     for row in rows:
         t.add_row(*row)

@@ -17,6 +17,7 @@ from ..costs.calls import Chain, calls_per_step
 from ..costs.fleet import Plan
 from ..costs.planner import Engine
 from ..costs.specs import GpuProfile, load_model
+from .variants import MID_MODEL
 
 NAMES = {"specagent": "SpecAgent", "chain": "Chain"}  # the compared method's column in the plan's tables
 
@@ -34,7 +35,7 @@ def add_chain_args(p: argparse.ArgumentParser) -> None:
                    "the strong verifier's --p)")
     g.add_argument("--rho-mid", type=float, default=0.0, help="share of the rejections the mid settles that "
                    "carry no fused repair, so the strong policy writes the step")
-    g.add_argument("--mid-model", default="qwen3-32b", help="the mid verifier's model spec")
+    g.add_argument("--mid-model", default=MID_MODEL, help="the mid verifier's model spec")
     g.add_argument("--mid-gpus", type=int, default=2, help="GPUs of one mid-verifier replica")
     g.add_argument("--mid-replicas", default="auto", help="mid-verifier replicas (auto: sized for the load)")
 

@@ -27,7 +27,7 @@ from ..protocol.types import ActionKind, Tier, Trajectory
 # confidence of 0.5, which with its stated AUC of 0.75 sends about a third of its right verdicts and two
 # thirds of its wrong ones to the strong verifier (docs/simulation.md).
 BENCH_CHAIN = ChainRule(settles=frozenset({Tier.WRITE}), escalate_below=0.5)
-MID_MODEL = "qwen3-32b"
+MID_MODEL = "qwen3.5-35b-a3b"  # chosen by the total (docs/benchmarks.md, "Savings in total")
 
 
 @dataclass(frozen=True)

@@ -280,13 +280,13 @@ TOKEN_ROWS: tuple[Row, ...] = (
 
 
 def sim_table(results: list[SessionResult], methods: Sequence[str]) -> Table:
-    """The sim phase: SIMULATED engines, ratios against Strong-only, HBM ESTIMATED (strong model's
-    where the resource report splits it by role, else both models')."""
-    strong_hbm = all(r.strong_hbm_bytes is not None for r in results)
-    hbm = ("strong HBM read / session, TB (estimated)", "strong_hbm_tb") if strong_hbm \
-        else ("HBM read / session, TB (estimated, both models)", "hbm_tb")
+    """The sim phase: SIMULATED engines, ratios against Strong-only, HBM ESTIMATED for every role, with
+    the strong model's beside it where the resource report splits it by role."""
+    rows = TOKEN_ROWS + (("HBM read / session, TB, all roles (estimated)", "hbm_tb", ".1f", True),)
+    if all(r.strong_hbm_bytes is not None for r in results):
+        rows += (("  of which strong, TB (strong model only, estimated)", "strong_hbm_tb", ".1f", True),)
     return _table(results, methods, "[1/2] sim: simulated engines behind the real gateway, coordinator and tau2 "
-                  "tools", TOKEN_ROWS + ((*hbm, ".1f", True),))
+                  "tools", rows)
 
 
 def real_table(results: list[SessionResult], methods: Sequence[str]) -> Table:

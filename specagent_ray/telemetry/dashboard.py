@@ -46,8 +46,9 @@ PANELS: tuple[Panel, ...] = (
     Panel("Accepted prefix length j", "Steps accepted per reviewed block (Algorithm 1's j), p50 and p90.", "short",
           ((_quantile(0.5, "ray_specagent_accepted_prefix", "le, method"), "{{method}} p50"),
            (_quantile(0.9, "ray_specagent_accepted_prefix", "le, method"), "{{method}} p90"))),
-    Panel("Strong calls saved against Strong-only", "1 - strong-model calls / committed steps of finished "
-          "sessions: Strong-only makes one strong call per step.", "percentunit",
+    Panel("Strong calls saved against Strong-only (strong model only)", "1 - strong-model calls / committed "
+          "steps of finished sessions: Strong-only makes one strong call per step. Counts the strong model alone: "
+          "the drafter's and the mid verifier's work is in the GPU-seconds panels (every role).", "percentunit",
           (("1 - " + _rate("ray_specagent_strong_calls_total", "method") + " / "
             + _rate("ray_specagent_session_steps_total", "method"), "{{method}}"),)),
     Panel("Verify batch size", "Verify requests submitted to the verifier together, p50 and p90.", "short",
@@ -67,7 +68,8 @@ PANELS: tuple[Panel, ...] = (
           "when sessions end (measured).", "short",
           ((_rate("ray_specagent_tenant_tokens_total", "tenant, role, kind", TENANT), "{{tenant}} {{role}} {{kind}}"),)),
     Panel("Strong calls and GPU-seconds by tenant", "Strong-model calls per second, and GPU-seconds per second "
-          "ESTIMATED by the cost model on the profile's hardware, by tenant.", "short",
+          "of every role (drafter, mid, strong) ESTIMATED by the cost model on the profile's hardware, by tenant.",
+          "short",
           ((_rate("ray_specagent_tenant_strong_calls_total", "tenant", TENANT), "{{tenant}} strong calls"),
            (_rate("ray_specagent_tenant_gpu_seconds_total", "tenant", TENANT), "{{tenant}} GPU-s (estimated)"))),
     Panel("Measured GPU-seconds and DRAM by tenant", "GPU-seconds and DRAM bytes per second MEASURED by the GPU "

@@ -20,8 +20,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
-OVERLAYS = ("cpu-dev", "gpu-prod")
-PROFILE = {"cpu-dev": "sim", "gpu-prod": "gpu-tp16"}
+OVERLAYS = ("cpu-dev", "gpu-prod", "gpu-chain")
+PROFILE = {"cpu-dev": "sim", "gpu-prod": "gpu-tp16", "gpu-chain": "gpu-tp16-chain"}
 RAY_KINDS = ("RayService", "RayJob")
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet")
 KUBECTL_MISSING = ("kubectl not found on PATH: k8s/render.sh needs kubectl >= 1.27 (built-in kustomize v5) to "

@@ -39,10 +39,10 @@ SKIPS: dict[str, tuple[str, str]] = {
     # The readers take keys from the environment and cannot read files: the gateway (GatewayConfig's
     # api_keys_env), the load generator (--api-key-env), boto3 and pyarrow (AWS_*). Each Secret is in
     # those pods only (test_k8s_pods.py); use IRSA / workload identity for S3 in production.
-    "CKV_K8S_35": (RAY_POD + r"(cpu|verifier|drafter|loadtest-head)$", "keys are read from env vars"),
+    "CKV_K8S_35": (RAY_POD + r"(cpu|verifier|drafter|mid|loadtest-head)$", "keys are read from env vars"),
     # rayproject/ray images run as `ray`, uid 1000, which owns /home/ray and its conda environment; a
     # uid >= 10000 has no passwd entry there (Ray calls getpass.getuser()). runAsNonRoot still holds.
-    "CKV_K8S_40": (RAY_POD + r"(head|verifier|drafter|cpu|loadtest-head|loadtest-submitter)$",
+    "CKV_K8S_40": (RAY_POD + r"(head|verifier|drafter|mid|cpu|loadtest-head|loadtest-submitter)$",
                    "the Ray image's user is uid 1000"),
     # KubeRay's in-tree autoscaler is a sidecar of the RayService head and calls the Kubernetes API with
     # the pod's service account; every other pod sets automountServiceAccountToken: false.

@@ -37,6 +37,7 @@ USES = {
     ("specagent-api-keys", "api-keys"): {"RayService/specagent/cpu"},  # the Gateway replica checks client keys
     ("specagent-api-keys", "loadtest-api-key"): {"RayJob/specagent-loadtest/head"},  # the load generator's key
     ("specagent-aws", None): {"RayService/specagent/verifier", "RayService/specagent/drafter",  # weights from S3
+                              "RayService/specagent/mid",  # the chain's mid verifier (gpu-chain): its weights
                               "RayService/specagent/cpu"},  # the session log on S3 (coordinator, tool hosts)
 }
 # Serve deployments of our application -> what they read that only some pods have.

@@ -404,3 +404,30 @@ def test_serve_config_generator_refuses_unknown_applications(tmp_path):
     (overlay / "serve-profile.yaml").write_text("profile: sim\noverrides: {applications: {spec-agent: {}}}\n")
     done = subprocess.run([sys.executable, str(K8S / "serve_config.py"), str(overlay)], capture_output=True, text=True)
     assert done.returncode != 0 and "spec-agent" in done.stderr
+
+
+# ------------------------------------------------------------------------------------- the chain's overlay
+
+@pytest.fixture(scope="module")
+def chain_docs(tmp_path_factory) -> list[dict[str, Any]]:
+    """k8s/overlays/gpu-chain rendered fresh (not in testing/k8s.py's OVERLAYS, which this file does not own)."""
+    return render(tmp_path_factory.mktemp("chain"), ("gpu-chain",))["gpu-chain"]
+
+
+def test_the_chain_overlay_serves_the_chain_profile_and_gives_the_mid_its_own_gpu_group(chain_docs):
+    from specagent_ray.bench.variants import MID_MODEL
+
+    service = one(chain_docs, "RayService")
+    validate_pod_templates(service)
+    g = groups(service)
+    llm = next(a for a in serve_config(chain_docs)["applications"] if a["import_path"] == RAY_LLM)["args"]["llm_configs"]
+    mid = next(c for c in llm if c["model_loading_config"]["model_id"] == "mid")
+    assert mid["model_loading_config"]["model_source"].endswith("/" + MID_MODEL)  # the default the total chose
+    res = g["mid"]["template"]["spec"]["containers"][0]["resources"]
+    assert int(res["limits"]["nvidia.com/gpu"]) == int(res["requests"]["nvidia.com/gpu"]) \
+        == mid["engine_kwargs"]["tensor_parallel_size"] == 2
+    assert g["mid"]["maxReplicas"] == mid["deployment_config"]["autoscaling_config"]["max_replicas"]
+    assert g["mid"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H20"}
+    # everything but the mid is gpu-prod's
+    assert [x["groupName"] for x in cluster_of(service)["workerGroupSpecs"]] == ["verifier", "drafter", "cpu", "mid"]
+    assert int(g["verifier"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) == 8

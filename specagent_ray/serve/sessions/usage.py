@@ -3,7 +3,8 @@
 Everything is read from the records the log holds (archives of finished sessions, the snapshot, the
 segments after it), so it survives coordinator restarts, and each shard answers for its own namespace.
 Per (tenant, UTC day): tokens by role (prompt, cached, decode), calls, strong calls (prefills ahead of a
-verify apart), ESTIMATED GPU-seconds, strong HBM bytes and FLOPs (the cost model on the profile's
+verify apart), ESTIMATED GPU-seconds and HBM bytes of every role (`hbm_bytes`; `by_role` splits both;
+`strong_hbm_bytes` is the strong model alone) and FLOPs (the cost model on the profile's
 hardware, per call, as the sessions' resource reports price them: a day's figures are the sum of its
 calls'), sessions created and sessions ended by status. A call counts on the day of the record that
 carries it (``at``, stamped by the coordinator; a record from before that stamp counts on its session's
@@ -74,6 +75,7 @@ def figures(ledger: Ledger, hardware: Hardware) -> dict[str, Any]:
     strong = len(decoding(ledger.calls))
     return {"tokens": tokens, "strong_calls": strong, "prefill_calls": report.strong_calls - strong,
             "gpu_seconds": report.gpu_seconds, "gpu_seconds_source": "estimated", "by_role": by_role,
+            "hbm_bytes": report.hbm_bytes, "hbm_source": "estimated",  # every role; by_role has the split
             "strong_hbm_bytes": report.hbm_bytes_by_role.get("strong", 0.0), "strong_hbm_source": "estimated",
             "flops": report.flops, "label": "estimated (cost model on the profile's hardware; tokens as recorded)"}
 
@@ -95,6 +97,9 @@ def with_measured(usage: dict[str, dict[str, Any]], measured: Mapping[str, Any])
             rows = f.get("by_role", {}).values()
             f["gpu_seconds"] = sum(r["gpu_seconds"] for r in rows)
             f["gpu_seconds_source"] = combine_sources(r["gpu_seconds_source"] for r in rows)
+            if "hbm_bytes" in f:  # usage written before totals were kept has none to correct
+                f["hbm_bytes"] = sum(r["hbm_bytes"] for r in rows)
+                f["hbm_source"] = combine_sources(r["hbm_source"] for r in rows)
             if (strong := f.get("by_role", {}).get("strong")) is not None:
                 f["strong_hbm_bytes"], f["strong_hbm_source"] = strong["hbm_bytes"], strong["hbm_source"]
             f["label"] = f"GPU-s {f['gpu_seconds_source']} (by_role says which role is which); tokens as recorded"

@@ -81,13 +81,15 @@ def test_the_sim_table_shows_ratios_against_strong_only_and_labels_hbm():
     text = render(sim_table(rows, ("strong", "specagent")))
     assert "Strong-only" in text and "SpecAgent" in text
     assert "2.00 (0.40x)" in text  # strong calls
-    assert "HBM read / session, TB (estimated, both models)" in text and "4.0 (0.40x)" in text
+    assert "HBM read / session, TB, all roles (estimated)" in text and "4.0 (0.40x)" in text
+    assert "strong model only" not in text  # no split in the report: no strong-only row
 
 
-def test_the_sim_table_prefers_the_strong_models_hbm_where_the_report_splits_it():
+def test_the_sim_table_counts_every_role_with_the_strong_models_share_beside_it():
     rows = [result("strong", strong_calls=5, strong_hbm=10e12), result("specagent", strong_calls=2, strong_hbm=3e12)]
     text = render(sim_table(rows, ("strong", "specagent")))
-    assert "strong HBM read / session, TB (estimated)" in text and "3.0 (0.30x)" in text
+    assert "HBM read / session, TB, all roles (estimated)" in text and "4.0 (0.40x)" in text
+    assert "of which strong, TB (strong model only, estimated)" in text and "3.0 (0.30x)" in text
     assert _hbm({"hbm_bytes": 5.0, "hbm_bytes_by_role": {"strong": 3.0, "weak": 2.0}}) == (5.0, 3.0)
     assert _hbm({"hbm_bytes": 5.0}) == (5.0, None)
 

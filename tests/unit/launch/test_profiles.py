@@ -235,10 +235,10 @@ def test_the_chain_profile_is_gpu_tp16_plus_the_mid_and_gpu_tp16_starts_no_mid()
     (mid,) = [c for c in llm if c["model_loading_config"]["model_id"] == "mid"]
     assert mid["experimental_configs"] == {"specagent_role": "mid"}
     assert mid["engine_kwargs"]["tensor_parallel_size"] == ours["hardware"]["mid_gpus"] == 2
-    assert mid["model_loading_config"]["model_source"] == "s3://specagent-models/qwen3-32b"
+    assert mid["model_loading_config"]["model_source"] == "s3://specagent-models/qwen3.5-35b-a3b"
     llm.remove(mid)
     assert ours["engines"].pop("mid") == {"url": "http://127.0.0.1:8000/engines/v1", "model": "mid"}
-    assert ours["hardware"].pop("mid_model") == "qwen3-32b" and ours["hardware"].pop("mid_gpus") == 2
+    assert ours["hardware"].pop("mid_model") == "qwen3.5-35b-a3b" and ours["hardware"].pop("mid_gpus") == 2
     assert ours.pop("chain") == {"settles": ["write"], "escalate_below": 0.7}
     assert chain == plain
     assert all(c["model_loading_config"]["model_id"] != "mid" for c in plain["applications"][0]["args"]["llm_configs"])
