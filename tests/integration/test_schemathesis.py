@@ -11,7 +11,8 @@ refusal of any body, valid or not (``CONFIG``: Schemathesis's default statuses, 
 
 One check is left out: ``use_after_free``. ``DELETE /v1/sessions/{sid}`` cancels a session and keeps its
 record readable (``GET`` answers it as cancelled, its event stream still replays), where the check
-expects a DELETE to remove the resource.
+expects a DELETE to remove the resource. One phase is left out for the stateless wires (Chat Completions,
+Messages): the stateful one, which has no links to follow there (their test says why).
 
 The second test shows the run can fail: with one documented status taken out of the schema and a 405
 whose ``Allow`` misses a method, Schemathesis reports both.
@@ -122,3 +123,23 @@ def test_an_undocumented_status_or_a_wrong_allow_header_fails_the_run(tmp_path):
     assert run.returncode == 1, report[-5000:]
     assert "Undocumented status code" in report and "Received: 404" in report, report[-5000:]
     assert "Allow header mismatch" in report and "Missing documented methods: DELETE" in report, report[-5000:]
+
+
+@pytest.mark.slow
+def test_the_chat_and_messages_routes_pass_every_check_in_every_phase(tmp_path):
+    """Chat Completions and Anthropic's Messages (with count_tokens) on plan-following engines and a client
+    tool source that trusts one read: every body the published schema allows is taken (a replayed history,
+    forged or unknown call ids included: context, never a 404), every other one refused, and every stream
+    event is one the schema documents. No stateful phase: these wires are stateless (the session is found
+    from the history a request carries; no answer names a resource a later request addresses), so their
+    operations have no links to follow."""
+    app = gateway_app(tmp_path / "log", keys=(KEY,), gateway={"docs": True}, idle_timeout_s=1.0, app={
+        "engines": {"kind": "scripted"}, "tool_sources": {"app": {"kind": "client", "read_tools": ["read_file"]}}})
+    with serve_in_thread(app) as url:
+        run = schemathesis(url, tmp_path, "--max-examples", "10", "--include-path-regex",
+                           "^/v1/(chat/completions|messages)", "--phases", "examples,coverage,fuzzing")
+    report = run.stdout + run.stderr
+    assert run.returncode == 0, report[-20000:]
+    for phase in ("Coverage", "Fuzzing"):
+        assert re.search(rf"✅\s+{phase} \(in", report), (phase, report[-5000:])
+    assert re.search(r"Selected:\s+3/", report), report[-5000:]

@@ -163,3 +163,99 @@ def test_every_final_message_on_real_engines_is_one_the_clients_schema_accepts(l
         if answered == 3:
             break
     assert answered == 3, ends
+
+
+# -- the agent wires on the real engines: each SDK parses what each wire answers, streamed and not ------------
+
+WIRE_PARAMS = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+ASK = "Read the file notes.txt, then tell me what it says."
+
+
+def openai_sdk(url: str):
+    import openai
+
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="dev-key", max_retries=0, timeout=600)
+
+
+def check_chat_answer(message, finish: str, usage) -> None:
+    """A Chat Completions answer of a random model: a message, a call of the request's tool, or a stop."""
+    import json
+
+    assert finish in ("stop", "tool_calls", "length"), finish
+    for call in message.tool_calls or []:
+        assert call.type == "function" and call.function.name == "read_file" and call.id
+        assert isinstance(json.loads(call.function.arguments), dict)
+    assert finish != "tool_calls" or message.tool_calls
+    assert usage.prompt_tokens > 0 and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_chat_completions_on_real_engines_parse_in_the_openai_sdk(local_cpu):
+    tools = [{"type": "function", "function": {"name": "read_file", "description": "read a file",
+                                               "parameters": WIRE_PARAMS}}]
+    client = openai_sdk(local_cpu)
+    messages = [{"role": "system", "content": "You help with files."}, {"role": "user", "content": ASK}]
+    r = client.chat.completions.create(model="specagent", messages=messages, tools=tools, max_completion_tokens=64)
+    assert r.object == "chat.completion" and len(r.choices) == 1
+    check_chat_answer(r.choices[0].message, r.choices[0].finish_reason, r.usage)
+    assert r.model_extra["specagent"]["session"] == "started"
+    chunks = list(client.chat.completions.create(model="specagent", messages=messages, tools=tools, stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant" and len({c.id for c in chunks}) == 1
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    calls: dict[int, dict] = {}
+    for c in chunks[:-1]:
+        for d in c.choices[0].delta.tool_calls or []:  # a call's arguments may come in pieces
+            got = calls.setdefault(d.index, {"id": d.id, "name": d.function.name, "arguments": ""})
+            got["arguments"] += d.function.arguments or ""
+    from openai.types.chat import ChatCompletionMessage
+
+    message = ChatCompletionMessage.model_validate({
+        "role": "assistant", "content": "".join(c.choices[0].delta.content or "" for c in chunks[:-1]) or None,
+        "tool_calls": [{"id": v["id"], "type": "function", "function": {"name": v["name"], "arguments": v["arguments"]}}
+                       for v in calls.values()] or None})
+    check_chat_answer(message, chunks[-2].choices[0].finish_reason, chunks[-1].usage)
+
+
+def test_messages_on_real_engines_parse_in_the_anthropic_sdk(local_cpu):
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=local_cpu, api_key="dev-key", max_retries=0, timeout=600)
+    tools = [{"name": "read_file", "description": "read a file", "input_schema": WIRE_PARAMS}]
+    ask = {"model": "specagent", "max_tokens": 64, "system": "You help with files.", "tools": tools,
+           "messages": [{"role": "user", "content": ASK}]}
+
+    def check(m) -> None:
+        assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
+        assert m.stop_reason in ("end_turn", "tool_use", "max_tokens"), m.stop_reason
+        uses = [b for b in m.content if b.type == "tool_use"]
+        assert all(b.name == "read_file" and isinstance(b.input, dict) and b.id for b in uses)
+        assert (m.stop_reason == "tool_use") == bool(uses)
+        assert m.usage.input_tokens > 0
+
+    check(client.messages.create(**ask))
+    with client.messages.stream(**ask) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    check(final)
+
+
+def test_responses_on_real_engines_parse_in_the_openai_sdk(local_cpu):
+    client = openai_sdk(local_cpu)
+    tools = [{"type": "function", "name": "read_file", "description": "read a file", "parameters": WIRE_PARAMS}]
+
+    def check(r) -> None:
+        assert r.status in ("completed", "incomplete"), (r.status, r.error)
+        for item in r.output:
+            assert item.type in ("message", "function_call"), item.type
+            assert item.type != "function_call" or item.name == "read_file"
+        assert r.usage.input_tokens > 0
+
+    check(client.responses.create(model="specagent", instructions="You help with files.", input=ASK, tools=tools,
+                                  max_output_tokens=64))
+    with client.responses.stream(model="specagent", instructions="You help with files.", input=ASK,
+                                 tools=tools) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_response()
+    assert kinds[0] == "response.created" and kinds[-1] in ("response.completed", "response.incomplete")
+    check(final)

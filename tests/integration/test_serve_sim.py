@@ -214,7 +214,7 @@ async def test_telecom_sessions_where_the_user_acts_on_their_phone_finish_and_gr
         for c in created:
             assert (await asyncio.wait_for(_last_event(client, c["session_id"]), 120))["t"] == "final"
         graded = [await client.trajectory(c["session_id"], grade=True) for c in created]
-    assert all(g["status"] == "done" for g in graded)
+    assert all(g["status"] == "done" for g in graded), [(g["status"], g["error"]) for g in graded]
     user_calls = [u for g in graded for s in g["steps"] if s["observation"] for u in s["observation"].get("user_calls", [])]
     assert user_calls and {u["name"] for u in user_calls} <= set(telecom.user_tool_schemas)
     assert 1.0 in [g["reward"] for g in graded]  # the user's calls reached tau2's grader through Serve
@@ -229,7 +229,8 @@ async def test_bfcl_sessions_run_on_their_own_backends_and_grade_through_serve(u
         graded = [await client.trajectory(c["session_id"], grade=True) for c in created]
     # A simulated agent may stop early: BFCL's draws are keyed by each replica's call count, so which
     # replica served a draft moves them (history keying, docs/simulation.md). Every session must finish.
-    assert all(g["status"] == "done" and g["termination"] in ("user_stop", "agent_stop") for g in graded)
+    assert all(g["status"] == "done" and g["termination"] in ("user_stop", "agent_stop") for g in graded), \
+        [(g["status"], g["termination"], g["error"]) for g in graded]
     assert 1.0 in [g["reward"] for g in graded]  # BFCL's checker, through Serve
 
 

@@ -87,3 +87,20 @@ def _listed(names: Sequence[str]) -> str:
     ``SHOWN``, then how many more."""
     shown = [quote(n, safe="._-$") for n in names[:SHOWN]]
     return ",".join(shown + ([f"(+{len(names) - SHOWN} more)"] if len(names) > SHOWN else []))
+
+
+def publish_models(app: Any, components: Sequence[str], names: Sequence[str]) -> None:
+    """Make ``app.openapi()`` publish the ``model`` of each of ``components`` as one of ``names`` (the
+    methods and aliases this server serves): a body the published schema allows is one the server takes."""
+    default = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        spec = default()
+        schemas = spec.get("components", {}).get("schemas", {})
+        for name in components:
+            field = schemas.get(name, {}).get("properties", {}).get("model")
+            if field is not None:
+                field["enum"] = list(names)
+        return spec
+
+    app.openapi = openapi

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, field_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
 
-from ..core.api import json_integer
 from ..agents.fields import Spec
+from ..core.api import json_integer
 
 TEXT = 1_000_000  # characters of one text (the gateway caps the whole body in bytes)
 MESSAGES = 4096  # messages in one request (a coding agent's long session replays them all)
 PARTS = 64  # content parts in one message
+MAX_OUTPUT = 1_000_000  # the most tokens an output may be asked for (``core.api.Sampling.max_output_tokens``)
 
 Text = Annotated[str, Field(max_length=TEXT)]
 Name = Annotated[str, Field(min_length=1, max_length=128)]
@@ -205,7 +206,18 @@ class AllowedChoice(Spec):
 ToolChoice = Annotated[NamedChoice | NamedCustomChoice | AllowedChoice, Field(discriminator="type")]
 
 
+# OpenAI's strict rules at a strict schema's root, as published (``core.api.OutputFormat`` checks them everywhere)
+STRICT_ROOT = {"required": ["type", "additionalProperties"], "not": {"required": ["anyOf"]},
+               "properties": {"type": {"const": "object"}, "additionalProperties": {"const": False}}}
+
+
 class JsonSchema(Spec):
+    """A ``json_schema`` response format; published as taken: a strict one needs its schema, strict at its root."""
+
+    model_config = ConfigDict(json_schema_extra={
+        "if": {"required": ["strict"], "properties": {"strict": {"const": True}}},
+        "then": {"required": ["schema"], "properties": {"schema": STRICT_ROOT}}})
+
     name: Annotated[str, Field(min_length=1, max_length=64)]
     description: Annotated[str, Field(max_length=2000)] | None = None
     schema_: Loose | None = Field(None, alias="schema")
@@ -249,15 +261,16 @@ class ChatCreate(Spec):
     response_format: ResponseFormat | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(ge=0, le=1)] | None = None
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1, le=MAX_OUTPUT)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_OUTPUT)] | None = None
     stop: Stop | None = None
     seed: int | None = None
     user: Annotated[str, Field(max_length=256)] | None = None
     metadata: Metadata | None = None
     stream: bool | None = None
     stream_options: ChatStreamOptions | None = None
-    n: Annotated[int, Field(ge=1, le=128)] | None = None
+    # taken up to 128 so that the route refuses n > 1 in its own words; published as what it runs: 1
+    n: Annotated[int, Field(ge=1, le=128, json_schema_extra={"maximum": 1})] | None = None
     frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
     presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
     logit_bias: Annotated[dict[str, int], Field(max_length=1024)] | None = None
@@ -279,3 +292,9 @@ class ChatCreate(Spec):
 
     _integers = field_validator("max_completion_tokens", "max_tokens", "seed", "n", "top_logprobs",
                                 mode="before")(json_integer)
+
+
+# One event of the route's ``text/event-stream`` answer, as OpenAPI 3.2's ``itemSchema`` (the route's 200 names it):
+# ``data`` is a ``chat.completion.chunk`` as JSON, an error object, or ``[DONE]``.
+STREAM_EVENT = {"type": "object", "required": ["data"], "properties": {
+    "data": {"type": "string", "description": "a chat.completion.chunk (JSON), an error object (JSON), or [DONE]"}}}

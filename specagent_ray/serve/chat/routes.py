@@ -27,8 +27,8 @@ from ..agents.terms import Terms
 from ..agents.transcript import canon_of
 from ..core.errors import ApiError, Conflict, documented
 from .answer import DONE, Chunks, Turn, completion, error_chunk, failure, sse
-from ..agents.fields import NOTICES, noticed
-from .models import ChatCreate
+from ..agents.fields import NOTICES, noticed, publish_models
+from .models import STREAM_EVENT, ChatCreate
 from .translate import (
     ChatTurn,
     applied,
@@ -105,12 +105,13 @@ def mount_chat(app: FastAPI, service: AgentService, tenant: Any, key: Any, terms
     server's (the service's own where None)."""
     terms = terms or service.terms
     flow = ChatFlow(service, terms)
+    publish_models(app, ("ChatCreate",), (*terms.methods, *terms.aliases))
 
     @app.post("/v1/chat/completions", operation_id="create_chat_completion", response_model=None,
               responses={200: {"description": "the chat completion (a JSON object), or its chunks (stream: true), "
                                "with the extension field `specagent` (session, turn, speculation figures)",
                                "content": {"application/json": {"schema": {"type": "object"}},
-                                           "text/event-stream": {"schema": {"type": "string"}}},
+                                           "text/event-stream": {"itemSchema": STREAM_EVENT}},
                                "headers": NOTICES},
                          **documented(400, 401, 403, 404, 409, 413, 429, 500, 503, body_schema="OpenAIError")})
     async def create_chat_completion(body: ChatCreate, answer: Response, who: str = tenant,

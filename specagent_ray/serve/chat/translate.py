@@ -239,10 +239,14 @@ def kept(body: ChatCreate) -> set[str] | None:
     return None
 
 
+MIN_OUTPUT_TOKENS = 16  # the least an agent's output may be bounded to (``Sampling``): a smaller limit is raised
+
+
 def sampling_of(body: ChatCreate) -> Sampling | None:
     """The sampling asked (None: none): temperature, top_p (0 keeps only the likeliest token: greedy) and
     the token limit of each of the agent's outputs (``max_completion_tokens``, else ``max_tokens``)."""
     limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    limit = max(limit, MIN_OUTPUT_TOKENS) if limit is not None else None  # OpenAI allows 1; an action needs 16
     asked = {"temperature": body.temperature, "top_p": body.top_p, "max_output_tokens": limit}
     if body.top_p == 0:
         asked.update(temperature=0.0, top_p=None)

@@ -115,7 +115,16 @@ class OutputFormat(Body):
     schema_: dict[str, Any] | None = Field(None, alias="schema")
     strict: StrictBool | None = None
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # published as taken: json_object takes no schema; json_schema needs one, and strict adds OpenAI's rules at
+    # its root (that deeper objects follow them too, and that the grammar compiles it, only the server can see)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, json_schema_extra={
+        "if": {"properties": {"type": {"const": "json_object"}}},
+        "then": {"properties": {"schema": {"type": "null"}}},
+        "else": {"required": ["schema"], "properties": {"schema": {"type": "object"}},
+                 "if": {"required": ["strict"], "properties": {"strict": {"const": True}}},
+                 "then": {"properties": {"schema": {
+                     "required": ["type", "additionalProperties"], "not": {"required": ["anyOf"]},
+                     "properties": {"type": {"const": "object"}, "additionalProperties": {"const": False}}}}}}})
 
     @model_validator(mode="after")
     def _servable(self) -> OutputFormat:
@@ -249,6 +258,7 @@ class Offer:
     sources: Mapping[str, SourceTerms]
     methods: tuple[str, ...]
     mcp: tuple[str, ...] = ()  # the MCP sources a session's ``more_sources`` may name
+    formats: bool = True  # whether the engines can write a client's output_format (simulated ones cannot)
 
     @classmethod
     def of(cls, cfg: AppConfig, tasks: Mapping[str, Iterable[str]] | None = None) -> Offer:
@@ -263,7 +273,8 @@ class Offer:
             listed = tuple(tasks[name]) if tasks and name in tasks else None
             sources[name] = SourceTerms(users, isinstance(source, ClientSource), isinstance(source, BENCHMARKS),
                                         listed)
-        return cls(sources, tuple(cfg.methods), tuple(n for n, s in cfg.tool_sources.items() if isinstance(s, McpSource)))
+        return cls(sources, tuple(cfg.methods), tuple(n for n, s in cfg.tool_sources.items() if isinstance(s, McpSource)),
+                   not isinstance(cfg.engines, SimEngines))
 
     def create_schema(self, base: dict[str, Any]) -> dict[str, Any]:
         """The create body's published schema, from the model's own (``base``): one alternative per
@@ -298,6 +309,8 @@ class Offer:
         # Which names a source's catalog holds is known only once a session describes it: the schema
         # publishes no allowed_tools (a server takes them, and answers 400 for a name its source lacks).
         props["allowed_tools"] = {"type": "null", "description": props["allowed_tools"].get("description", "")}
+        if not self.formats:  # simulated engines replay benchmark messages: a create with a format is 400
+            props["output_format"] = {"type": "null", "description": props["output_format"].get("description", "")}
         props["more_sources"] = {"type": "array", "maxItems": 0, "description": props["more_sources"].get(
             "description", "")} if not self.mcp else {"type": "array", "maxItems": len(self.mcp), "items": {
                 "type": "object", "required": ["tool_source"], "additionalProperties": False,

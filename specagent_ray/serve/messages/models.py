@@ -165,7 +165,10 @@ class MessagesBody(Spec):
 class MessagesCreate(MessagesBody):
     """``POST /v1/messages``: the body, every field Anthropic's SDK sends (its beta form's too)."""
 
-    max_tokens: int = Field(ge=0, le=10_000_000)
+    # a create takes a server only by a URL this server's operator configured, without credentials (else 400);
+    # no static schema can list those URLs, so none is published (count_tokens takes any: it reaches none)
+    mcp_servers: list[McpServer] | None = Field(None, max_length=32, json_schema_extra={"maxItems": 0})
+    max_tokens: int = Field(ge=0, le=1_000_000)  # the most an output may be asked for (``Sampling``)
     stream: bool | None = None
     metadata: Metadata | None = None
     stop_sequences: list[Annotated[str, Field(max_length=1000)]] | None = Field(None, max_length=64)
@@ -190,3 +193,11 @@ class MessagesCreate(MessagesBody):
 
 class CountTokensBody(MessagesBody):
     """``POST /v1/messages/count_tokens``."""
+
+
+# One event of ``POST /v1/messages``'s ``text/event-stream`` answer, as OpenAPI 3.2's ``itemSchema`` (the route's
+# 200 names it): Anthropic's event sequence, each event's ``data`` its JSON object.
+STREAM_EVENT = {"type": "object", "required": ["event", "data"], "properties": {
+    "event": {"enum": ["message_start", "content_block_start", "content_block_delta", "content_block_stop",
+                       "message_delta", "message_stop", "ping", "error"]},
+    "data": {"type": "string", "contentMediaType": "application/json"}}}

@@ -39,7 +39,7 @@ from .answer import (
     sse,
     started,
 )
-from .models import CountTokensBody, MessagesCreate
+from .models import STREAM_EVENT, CountTokensBody, MessagesCreate
 from .translate import (
     Reading,
     content_canon,
@@ -190,11 +190,12 @@ def mount_messages(app: FastAPI, service: AgentService, tenant: Any, key: Any, t
     wire = MessagesWire(service, terms if terms is not None else service.terms)
     router = APIRouter(route_class=AnthropicRoute)
     _publish(app)
+    fields.publish_models(app, ("MessagesCreate", "CountTokensBody"), (*wire.terms.methods, *wire.terms.aliases))
 
     @router.post("/v1/messages", operation_id="create_message", response_model=None,
                  responses={200: {"description": "the message (a JSON object), or its events (stream: true)",
                                   "content": {"application/json": {"schema": {"type": "object"}},
-                                              "text/event-stream": {"schema": {"type": "string"}}}},
+                                              "text/event-stream": {"itemSchema": STREAM_EVENT}}},
                             **documented(400, 401, 404, 409, 413, 429, 500, 503, body_schema="AnthropicError")})
     async def create_message(body: MessagesCreate, who: str = tenant, idempotency_key: str | None = key) -> Response:
         """The agent's next turn, as Anthropic's Message, or its events with ``stream: true`` (``?beta=true``,

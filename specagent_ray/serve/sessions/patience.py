@@ -6,11 +6,13 @@ Guarantees:
   waits for the log up to ``intent_wait_s`` (a starved lease renewal, a slow or briefly unreachable
   store), then the step is ``Unavailable``; a fenced coordinator is ``Unavailable`` at once (its
   successor finishes the write under the same key);
-- a tool host call that raises (its replica restarting, its MCP server reconnecting, a store error of
-  its idempotency records) is tried again with backoff up to ``tool_retry_s``, then the step is
-  ``Unavailable``; a write carries its key every time, so the tool host runs it at most once. A call the
-  tool host refuses for good (a stale lease epoch, a key reused for another call, an unknown source) is
-  ``Unavailable`` at once;
+- a tool host call that fails for the infrastructure's reason (its replica dying or restarting, a lost
+  connection, its MCP server reconnecting, a store error of its idempotency records: ``AWAY``) is tried
+  again with backoff up to ``tool_retry_s``, then the step is ``Unavailable``; a write carries its key
+  every time, so the tool host runs it at most once. A call the tool host refuses for good (a stale lease
+  epoch, a key reused for another call, an unknown source) is ``Unavailable`` at once. Any other
+  exception is the tool's own (a tool that refuses its arguments): it is raised as it is, and the
+  protocol makes it the step's error observation, as a tool's answer;
 - ``Unavailable`` passes the protocol's tool error handler: the session ends ``failed`` with the reason,
   and no observation ever carries it;
 - a session's ``final`` record waits for the log the same way (``end_stored``): only a session whose end
@@ -26,7 +28,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from ray.exceptions import RayActorError
+from ray.serve.exceptions import DeploymentUnavailableError
+
 from ...protocol.types import Unavailable
+from ...storage.base import StoreError
 from ..core.errors import ServiceUnavailable, unwrap
 from ..log.idempotency import KeyReused, StaleEpoch
 from ..toolhost.tool_host import UnknownSource
@@ -34,6 +40,9 @@ from ..toolhost.tool_host import UnknownSource
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 FOR_GOOD = (StaleEpoch, KeyReused, UnknownSource)  # retrying cannot help: the answer would be the same
+# the tool host (or what it stands on) is not there now: a replica dying or restarting, a lost connection,
+# a store error; an MCP server reconnecting is ``tools.mcp.McpUnavailable`` (``_away``)
+AWAY = (RayActorError, DeploymentUnavailableError, ConnectionError, TimeoutError, StoreError, ServiceUnavailable)
 
 
 async def intent_stored(durable: Callable[[], Awaitable[None]], fenced: Callable[[], bool],
@@ -78,13 +87,22 @@ async def tool_host_call(call: Callable[[], Awaitable[T]], clock: Callable[[], f
     while True:
         try:
             return await call()
-        except Exception as raised:  # noqa: BLE001 - every tool host error is the infrastructure's, not the tool's
+        except Exception as raised:  # noqa: BLE001 - sorted below: the infrastructure's, or the tool's own
             exc = unwrap(raised)
             if isinstance(exc, FOR_GOOD):
                 raise Unavailable(f"the tool host refused the call: {type(exc).__name__}: {exc}") from None
+            if not _away(exc):
+                raise exc from None  # the tool's own failure: the protocol makes it the step's observation
             if clock() >= deadline:
                 raise Unavailable(f"the tool host did not answer within {patience_s:g} s: "
                                   f"{type(exc).__name__}: {exc}") from None
             log.warning("tool host call failed (%s: %s); trying again in %.1f s", type(exc).__name__, exc, pause)
             await sleep(pause)
             pause = min(pause * 2, 2.0)
+
+
+def _away(exc: BaseException) -> bool:
+    """Whether ``exc`` says the tool host, or what it stands on, is not there now (``AWAY``)."""
+    from ...tools.mcp import McpUnavailable
+
+    return isinstance(exc, (*AWAY, McpUnavailable))

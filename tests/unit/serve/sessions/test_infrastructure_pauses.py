@@ -49,15 +49,15 @@ class Holdable:
 
 
 class FlakyToolHost:
-    """A tool host that raises on its first ``fails`` calls (a replica restarting), then answers."""
+    """A tool host that raises ``error`` on its first ``fails`` calls (a replica restarting), then answers."""
 
-    def __init__(self, inner: ToolHost, fails: int):
-        self.inner, self.fails = inner, fails
+    def __init__(self, inner: ToolHost, fails: int, error: Exception = ConnectionError("tool host replica restarting")):
+        self.inner, self.fails, self.error = inner, fails, error
 
     async def execute(self, *args, **kwargs):
         if self.fails > 0:
             self.fails -= 1
-            raise ConnectionError("tool host replica restarting")
+            raise self.error
         return await self.inner.execute(*args, **kwargs)
 
     def __getattr__(self, name: str):
@@ -168,3 +168,17 @@ def test_a_failed_sessions_error_code_says_what_failed():
     assert failure_code("engine unavailable: no replica") == "engine_unavailable"
     assert failure_code("engine error: 500") == "engine_error"
     assert failure_code("internal error: KeyError (logged on the server)") == failure_code(None) == "server_error"
+
+
+async def test_a_tools_own_exception_is_its_answer_not_a_pause(tmp_path):
+    """A tool that refuses its arguments (here: the tool host raising a ValueError) answered the call: the
+    agent reads it as the step's error observation at once, and nothing is tried again."""
+    inner = ToolHost(SOURCES, LocalStore(tmp_path / "tools"))
+    host = FlakyToolHost(inner, 1, ValueError("reservation id must be 6 characters"))
+    coord, _ = coordinator(tmp_path, LocalStore(tmp_path / "log"), host, tool_retry_s=60)
+    await coord.start()
+    sid = (await coord.create(CreateSession(tool_source="airline", task_id=TASK, user="simulated")))["session_id"]
+    s = await finished(coord, sid, timeout_s=30)
+    assert s.status == "done", s.error
+    answers = [x.observation.content for x in s.steps if x.observation is not None and x.observation.error]
+    assert any("reservation id must be 6 characters" in a for a in answers)
