@@ -21,13 +21,13 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import Response, StreamingResponse
 
+from ..agents.fields import NOTICES, noticed, publish_models
 from ..agents.port import TurnPost
 from ..agents.service import AgentService, Started
 from ..agents.terms import Terms
 from ..agents.transcript import canon_of
 from ..core.errors import ApiError, Conflict, documented
 from .answer import DONE, Chunks, Turn, completion, error_chunk, failure, sse
-from ..agents.fields import NOTICES, noticed, publish_models
 from .models import STREAM_EVENT, ChatCreate
 from .translate import (
     ChatTurn,

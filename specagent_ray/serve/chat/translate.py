@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
 
+from ..agents import fields
 from ..agents.canon import Canon, assistant, call, result, system, user
+from ..agents.fields import validated
 from ..agents.terms import Terms
 from ..core.api import (
     ClientTool,
@@ -33,7 +34,6 @@ from ..core.api import (
 )
 from ..core.errors import BadRequest
 from ..log.records import TurnMeta
-from ..agents import fields
 from .models import (
     AllowedChoice,
     AssistantMessage,
@@ -79,14 +79,6 @@ class ChatTurn:
     said: tuple[Canon, ...]
 
 
-def validated(model: type[BaseModel], **given: Any) -> Any:
-    """``model(**given)``; a validation error is a 400 that names the field and the problem."""
-    try:
-        return model(**given)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or model.__name__
-        raise BadRequest(f"{model.__name__.lower()}: {where}: {first['msg']}", where, "invalid_value") from None
 
 
 # -- what the server cannot do, and what it does not know ---------------------------------------------------

@@ -22,10 +22,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
 
 from ..agents import canon, fields
 from ..agents.canon import Canon
+from ..agents.fields import validated
 from ..agents.port import TurnPost
 from ..agents.terms import Terms, normal_url
 from ..core.api import (
@@ -198,7 +198,7 @@ def tools_of(body: MessagesBody, terms: Terms) -> dict[str, Any]:
                 "more_sources": servers[1:]}
     if terms.function_source is None:
         raise BadRequest("this server has no client tool source: custom tools (and no tools) need one", "tools")
-    tools = [_validated(ClientTool, name=t.name, description=t.description or "",
+    tools = [validated(ClientTool, name=t.name, description=t.description or "",
                         **({"parameters": t.input_schema} if t.input_schema else {})) for t in customs]
     return {"tool_source": terms.function_source, "client_tools": tools, "allowed_tools": None,
             "more_sources": servers}
@@ -220,7 +220,7 @@ def _mcp(server: McpServer, terms: Terms) -> SourceUse | None:
     if config.get("enabled") is False:
         return None
     allowed = config.get("allowed_tools")
-    return _validated(SourceUse, tool_source=label, allowed_tools=allowed if isinstance(allowed, list) else None)
+    return validated(SourceUse, tool_source=label, allowed_tools=allowed if isinstance(allowed, list) else None)
 
 
 def parallel_of(body: MessagesBody, terms: Terms) -> bool:
@@ -234,14 +234,14 @@ def sampling_of(body: MessagesCreate) -> Sampling:
                              "max_output_tokens": max(body.max_tokens, MIN_OUTPUT)}
     if body.top_p == 0:
         asked.update(temperature=0.0, top_p=None)
-    return _validated(Sampling, **{k: v for k, v in asked.items() if v is not None})
+    return validated(Sampling, **{k: v for k, v in asked.items() if v is not None})
 
 
 def format_of(body: MessagesBody) -> OutputFormat | None:
     """The final message's JSON schema: ``output_config.format`` (or the beta's ``output_format``)."""
     fmt = body.output_config.format if body.output_config is not None else None
     fmt = fmt or body.output_format
-    return None if fmt is None else _validated(OutputFormat, type="json_schema", schema=fmt.schema_)
+    return None if fmt is None else validated(OutputFormat, type="json_schema", schema=fmt.schema_)
 
 
 def create_request(body: MessagesCreate, reading: Reading, terms: Terms) -> CreateSession:
@@ -250,7 +250,7 @@ def create_request(body: MessagesCreate, reading: Reading, terms: Terms) -> Crea
     if reading.media and terms.text_only_model is not None:
         raise BadRequest(f"messages: {', '.join(reading.media)} blocks: model {terms.text_only_model!r} takes text "
                          "only", "messages", "unsupported_content")
-    return _validated(CreateSession, message=reading.opening, user="client", method=terms.method(body.model),
+    return validated(CreateSession, message=reading.opening, user="client", method=terms.method(body.model),
                       instructions=reading.instructions, context=reading.context,
                       parallel_calls=parallel_of(body, terms), sampling=sampling_of(body),
                       output_format=format_of(body), **tools_of(body, terms))
@@ -266,7 +266,7 @@ def turn_post(reading: Reading, previous: int, meta: TurnMeta) -> TurnPost | Non
     """The turn after ``previous`` with the request's new input; None where it brings none (a prefill)."""
     if not reading.inputs:
         return None
-    return _validated(TurnPost, previous=previous, inputs=list(reading.inputs), meta=meta)
+    return validated(TurnPost, previous=previous, inputs=list(reading.inputs), meta=meta)
 
 
 def meta(body: MessagesCreate, created_at: int) -> TurnMeta:
@@ -287,14 +287,6 @@ def rendered(body: MessagesBody) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def _validated(model: type[Any], **fields: Any) -> Any:
-    """``model(**fields)``; a validation error is a 400 naming the field and the problem."""
-    try:
-        return model(**fields)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or model.__name__
-        raise BadRequest(f"{model.__name__.lower()}: {where}: {first['msg']}") from None
 
 
 __all__ = ["Reading", "continues", "create_request", "meta", "read", "turn_post"]

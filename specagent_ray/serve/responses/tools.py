@@ -14,8 +14,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from ..agents.fields import validated
 from ..agents.terms import normal_url
 from ..core.api import Approval, ClientTool, SourceUse
 from ..core.errors import BadRequest
@@ -215,11 +216,3 @@ def _function(tool: dict[str, Any], namespace: Any) -> ClientTool:
     return validated(ClientTool, **fields, **({"parameters": tool["parameters"]} if tool.get("parameters") else {}))
 
 
-def validated(model: type[BaseModel], **fields: Any) -> Any:
-    """``model(**fields)``; a validation error is a 400 that names the field and the problem."""
-    try:
-        return model(**fields)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or model.__name__
-        raise BadRequest(f"{model.__name__.lower()}: {where}: {first['msg']}") from None

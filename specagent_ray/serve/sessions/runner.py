@@ -247,6 +247,8 @@ class SessionRunner:
         except IdleTimeout as exc:
             s.status, s.error = "timed_out", str(exc)
         except asyncio.CancelledError:
+            if not s.cancelled:  # its coordinator is stopping (shut down, fenced, replaced): the session has
+                return False  # not ended, and the next coordinator resumes it where its log ends
             s.status, s.termination = "cancelled", "cancelled"
         except EngineUnavailable as exc:
             s.status, s.error = "failed", f"engine unavailable: {exc}"

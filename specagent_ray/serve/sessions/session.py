@@ -82,6 +82,7 @@ class Session:
     error: str | None = None
     reward: float | None = None
     deleted: bool = False  # the client deleted it (Responses API): answered as one that does not exist
+    cancelled: bool = False  # its client cancelled it (``cancel``); any other cancel is its coordinator stopping
     turns: Turns = field(default_factory=Turns)
     approvals: Approvals = field(init=False)
     runner: asyncio.Task | None = None
@@ -155,6 +156,7 @@ class Session:
     async def cancel(self, grace_s: float = 5.0) -> None:
         """Stop the session's runner and wait for it to record its end. A cancel that some awaited code
         swallowed is sent again every ``grace_s`` until the runner ends."""
+        self.cancelled = True
         while self.runner is not None and not self.runner.done():
             self.runner.cancel()
             await asyncio.wait({self.runner}, timeout=grace_s)  # the runner records its own end
