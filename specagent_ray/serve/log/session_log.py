@@ -139,7 +139,7 @@ class SessionLog:
     def paused(self, grace_s: float = 0.0) -> str | None:
         """Why this log cannot store records now, or None: its lease lost, or past its renew deadline for
         over ``grace_s`` without a confirmed renewal (a create waits that long for its record anyway, so
-        a shorter lapse only slows it). New work is refused while it is paused (admission: 429)."""
+        a shorter lapse only slows it). New work is refused while it is paused (admission: 503 with Retry-After)."""
         if self.epoch == 0:
             return None  # not opened yet: a create waits for the opening anyway
         if self.lease.lost is not None:

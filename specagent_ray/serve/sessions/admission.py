@@ -4,8 +4,9 @@ Guarantees:
 - running + admitting sessions never exceed ``max_sessions``, nor one tenant's ``tenant_max_sessions``:
   a slot is taken synchronously, before the create's first await, so a burst cannot overrun either;
 - while the session log is paused (its lease unconfirmed for longer than a create would wait for its
-  record, ``ack_timeout_s``), no session starts (429): a running session's write waits for the log, and
-  new work would only queue behind it;
+  record, ``ack_timeout_s``), no session starts: 503 with Retry-After at once, the answer the create would
+  get after ``ack_timeout_s``; a running session's write waits for the log, and new work would only queue
+  behind it;
 - a create carrying an ``Idempotency-Key`` its tenant already used answers with that first session (or
   409 while it is still being created, or if the body differs); it never starts a second session.
 """
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..core.config import CoordinatorConfig
-from ..core.errors import Conflict, Overloaded
+from ..core.errors import Conflict, Overloaded, ServiceUnavailable
 
 LOCAL = "local"  # the owner of sessions created in-process (tests, the bench); tenants are "key-<hash>"
 
@@ -76,8 +77,8 @@ class Admission:
         if self.queued() >= c.queue_limit:
             raise Overloaded(f"{self.queued()} engine requests queued, the limit is {c.queue_limit}", c.retry_after_s)
         if (why := self.paused(c.ack_timeout_s)) is not None:  # work it could not store in time: running
-            # sessions' writes wait for the log meanwhile
-            raise Overloaded(f"{why}; new sessions wait until it is", c.retry_after_s)
+            # sessions' writes wait for the log meanwhile; the answer a create would get after ack_timeout_s
+            raise ServiceUnavailable(f"{why}; new sessions wait until it is")
 
     def started(self, sid: str, owner: str, key: str | None = None) -> None:
         """A session runs (created now, or restored from the log)."""

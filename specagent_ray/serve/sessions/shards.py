@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..core.errors import NotFound
+from ..core.ids import session_id, shard_of  # noqa: F401 - the id format, where routing reads it
 from .reports import combined_cache, merged
 from .usage import merged as merged_usage
 from .usage import with_measured
@@ -31,18 +32,6 @@ log = logging.getLogger(__name__)
 CallShard = Callable[..., Awaitable[Any]]  # (shard index, coordinator method, *args, **kwargs) -> result
 SUMMED = ("in_memory", "committed_steps", "queued", "log_flushes", "resumed", "fallbacks", "redrafts",
           "process_cpu_s")
-
-
-def session_id(shard: int, token: str) -> str:
-    return f"{shard}-{token}"
-
-
-def shard_of(sid: str) -> int | None:
-    """The shard a session id (or a conversation's, ``conv_<session id>``) names; None if it names none."""
-    head, sep, rest = sid.removeprefix("conv_").partition("-")
-    if not sep:
-        return 0  # an id from before shards: shard 0's
-    return int(head) if head.isdigit() and len(head) <= 3 and rest else None
 
 
 def shard_log(uri: str, shard: int) -> str:

@@ -22,6 +22,7 @@ from ...storage.base import Store
 from ..core.batcher import Batcher
 from ..core.config import BfclSource, McpSource, Tau2Source, ToolSource, unavailable_sources
 from ..core.handles import lane_of
+from ..core.ids import shard_of
 from ..log.idempotency import IdempotencyRecords, KeyReused, StaleEpoch, call_digest, unknown_outcome
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class ToolHost:
         self._done: dict[str, tuple[str, asyncio.Future]] = {}  # key -> (call digest, its observation)
         self._started: set[str] = set()  # keys whose write this host began: never begun again
         self.records = IdempotencyRecords(store) if store is not None else None
-        self.newest_epoch = 0
+        self.newest_epoch: dict[int | None, int] = {}  # per coordinator shard (its own log and lease): the newest
         self.write_executions: Counter[str] = Counter()
 
     def _source(self, name: str) -> ToolSource:
@@ -119,12 +120,17 @@ class ToolHost:
         return result
 
     def _check_epoch(self, key: str, epoch: int | None) -> None:
+        """Refuse a write from a lease epoch older than the newest seen from the same coordinator shard: each
+        shard has its own session log and lease, so their epochs are not comparable (a restarted shard 0 at
+        epoch 2 says nothing of shard 1 at epoch 1)."""
         if epoch is None:
             return
-        if epoch < self.newest_epoch:
-            raise StaleEpoch(f"write {key} comes from lease epoch {epoch}, older than epoch {self.newest_epoch} "
-                             "already seen here: its coordinator was displaced; refused")
-        self.newest_epoch = epoch
+        shard = shard_of(key.split(":", 1)[0])  # a write's key is "<session id>:w<n>", its session's shard first
+        if epoch < self.newest_epoch.get(shard, 0):
+            raise StaleEpoch(f"write {key} comes from lease epoch {epoch}, older than epoch "
+                             f"{self.newest_epoch[shard]} already seen here from its shard: its coordinator was "
+                             "displaced; refused")
+        self.newest_epoch[shard] = epoch
 
     async def _claim(self, key: str, digest: str) -> Observation | None:
         if key in self._started:

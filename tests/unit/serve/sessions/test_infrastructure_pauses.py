@@ -140,8 +140,8 @@ async def test_a_tool_host_gone_for_longer_than_its_patience_ends_the_session_fa
     assert infrastructure_in_observations(s) == [] and sum(inner.write_executions.values()) == 0
 
 
-async def test_while_the_log_is_paused_new_sessions_get_429_and_are_admitted_again_after(tmp_path):
-    from specagent_ray.serve.core.errors import Overloaded
+async def test_while_the_log_is_paused_new_sessions_get_503_at_once_and_are_admitted_again_after(tmp_path):
+    from specagent_ray.serve.core.errors import ServiceUnavailable
 
     store = Holdable(LocalStore(tmp_path / "log"))
     coord, _ = coordinator(tmp_path, store)
@@ -151,7 +151,7 @@ async def test_while_the_log_is_paused_new_sessions_get_429_and_are_admitted_aga
     async with asyncio.timeout(10):
         while coord.log.paused(coord.cfg.coordinator.ack_timeout_s) is None:  # past the deadline, and the grace
             await asyncio.sleep(0.02)
-    with pytest.raises(Overloaded, match="not confirmed"):
+    with pytest.raises(ServiceUnavailable, match="not confirmed"):
         await coord.create(request)
     store.held = False
     async with asyncio.timeout(10):
