@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
-
 
 # How long an idle keep-alive connection stays open: Ray Serve's proxy default (90 s). uvicorn's own default,
 # 5 s, equals httpx's pool expiry, so a client could reuse a connection the server was closing that instant
@@ -39,3 +39,19 @@ def serve_in_thread(app: Any, start_timeout_s: float = 20.0) -> Iterator[str]:
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+def session_records(url: str, sid: str, key: str = "dev-key") -> list[dict[str, Any]]:
+    """A session's records so far, through the sessions API: as many of its event stream as its summary
+    counts (the stream itself stays open for more)."""
+    import httpx
+
+    total = httpx.get(f"{url}/v1/sessions/{sid}", headers={"X-API-Key": key}, timeout=30).json()["events"]
+    out: list[dict[str, Any]] = []
+    with httpx.stream("GET", f"{url}/v1/sessions/{sid}/events", headers={"X-API-Key": key}, timeout=30) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                out.append(json.loads(line[6:]))
+            if len(out) >= total:
+                break
+    return out

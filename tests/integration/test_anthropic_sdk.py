@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from specagent_ray.testing.gateway_server import in_process_gateway
+from specagent_ray.testing.http import session_records
 
 PLAN = 'call read_file {"path": "a"}; call write_file {"path": "a", "text": "b"}; say done'
 TOOLS = [{"name": "read_file", "description": "read a file",
@@ -41,16 +42,7 @@ def session_of(message_id: str) -> tuple[str, int]:
 
 
 def records(url: str, sid: str, key: str = "dev-key") -> list[dict]:
-    """The session's records so far: as many of its event stream as its summary counts."""
-    total = httpx.get(f"{url}/v1/sessions/{sid}", headers={"X-API-Key": key}, timeout=30).json()["events"]
-    out: list[dict] = []
-    with httpx.stream("GET", f"{url}/v1/sessions/{sid}/events", headers={"X-API-Key": key}, timeout=30) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                out.append(json.loads(line[6:]))
-            if len(out) >= total:
-                return out
-    return out
+    return session_records(url, sid, key)
 
 
 def run_loop(create, messages: list, results: dict[str, str] | None = None) -> tuple[list, list]:

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from specagent_ray.testing.gateway_server import in_process_gateway
+from specagent_ray.testing.http import session_records
 
 pytestmark = pytest.mark.security
 A, B = "key-a", "key-b"
@@ -78,16 +79,7 @@ def message_sid(r: httpx.Response) -> str:
 
 
 def records(url: str, sid: str, key: str = A) -> list[dict]:
-    """The session's records so far (as many of its event stream as its summary counts)."""
-    total = httpx.get(f"{url}/v1/sessions/{sid}", headers={"X-API-Key": key}, timeout=30).json()["events"]
-    out: list[dict] = []
-    with httpx.stream("GET", f"{url}/v1/sessions/{sid}/events", headers={"X-API-Key": key}, timeout=30) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                out.append(json.loads(line[6:]))
-            if len(out) >= total:
-                break
-    return out
+    return session_records(url, sid, key)
 
 
 def sessions(url: str) -> int:
