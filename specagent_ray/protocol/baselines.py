@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 
 from .interfaces import JudgeWithCriteria, Policy
+from .model_calls import propose
 from .runtime import Parts, Run, SpecConfig
 from .speculation import run_specagent
 from .types import History, Review, Step, Task, Trajectory, Usage, Verdict
@@ -39,7 +40,7 @@ async def _single_author(task: Task, parts: Parts, config: SpecConfig, role: str
                          start: History | None) -> Trajectory:
     run = Run(task, parts, config, start)
     while run.next_round():
-        proposal = await run.propose(role, "step")  # type: ignore[arg-type]
+        proposal = await propose(run, role, "step")  # type: ignore[arg-type]
         if proposal is not None:
             await run.execute_and_commit(proposal.action, role)  # type: ignore[arg-type]
     return run.trajectory()
@@ -49,7 +50,7 @@ async def run_agentcollab(task: Task, parts: Parts, config: SpecConfig = SpecCon
                           start: History | None = None) -> Trajectory:
     run = Run(task, parts, config, start)
     while run.next_round():
-        proposal = await run.propose("weak", "step")
+        proposal = await propose(run, "weak", "step")
         last = run.history.steps[-1] if run.history.steps else None
         after_error = last is not None and last.observation is not None and last.observation.error
         why = _escalation_reason(run, proposal, after_error)
@@ -57,7 +58,7 @@ async def run_agentcollab(task: Task, parts: Parts, config: SpecConfig = SpecCon
             await run.execute_and_commit(proposal.action, "weak")  # type: ignore[union-attr]
             continue
         run.note("escalated", why)
-        strong = await run.propose("strong", "escalate", feedback=why)
+        strong = await propose(run, "strong", "escalate", feedback=why)
         if strong is not None:
             await run.execute_and_commit(strong.action, "strong")
     return run.trajectory()
@@ -70,7 +71,7 @@ def _escalation_reason(run: Run, proposal, after_error: bool) -> str | None:
         return "previous step failed"
     if proposal.confidence < run.config.escalate_below:
         return f"low confidence {proposal.confidence:.2f}"
-    reason = run.invalid_reason(proposal.action)
+    reason = run.validity.invalid_reason(proposal.action)
     return None if reason is None else f"invalid weak action: {reason}"
 
 
@@ -78,7 +79,7 @@ async def run_speculative_actions(task: Task, parts: Parts, config: SpecConfig =
                                   start: History | None = None) -> Trajectory:
     run = Run(task, parts, config, start)
     while run.next_round():
-        strong, guess = await asyncio.gather(run.propose("strong", "step"), run.propose("weak", "speculate"))
+        strong, guess = await asyncio.gather(propose(run, "strong", "step"), propose(run, "weak", "speculate"))
         if strong is None:
             continue
         hit = guess is not None and guess.action.same_as(strong.action)

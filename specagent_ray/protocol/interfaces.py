@@ -131,7 +131,9 @@ class Ledger(Protocol):
 class BlockSize(Protocol):
     """Chooses how many steps the next block may draft, and learns from the blocks (a speculation
     controller). 0 means the strong policy writes the next step itself; the runtime clips the answer to
-    ``SpecConfig.k``. Called between blocks only, never while a block is drafted."""
+    ``SpecConfig.k``. Called between blocks only, never while a block is drafted. An optional attribute
+    ``chain`` (bool or None), read after ``next_k``, routes the block: False sends it to the strong verifier
+    alone though a mid verifier is configured; None or absent leaves the chain as configured."""
 
     def next_k(self, history: History) -> int: ...
 

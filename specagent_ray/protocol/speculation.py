@@ -23,55 +23,45 @@ ends the draft (the reads before it commit like a read-only block) and the stron
 step instead. A malformed verdict is a full rejection (j = 0, no fused repair). A drafter that is lost
 mid-block (``EngineUnavailable``) drops the block, reads included, and drafting restarts from H; an
 unavailable verifier is a full rejection, so the strong policy writes the step.
+
+The loop below is the algorithm's lines and nothing else. What varies around it is in pieces of its own:
+who reviews and how (review.py: the mid verifier's chain, the second check), the K controller and the
+block's span (hooks.py: they watch, never decide), a partial accept (accept.py), and the strong model's
+steps (repair.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from .accept import execute_staged
+from .blocks import Block, Ruling
+from .hooks import Hooks
 from .interfaces import EngineUnavailable
-from .review import Ruling, review
+from .model_calls import propose
+from .repair import repair, strong_repair, strong_step
+from .review import review
 from .runtime import Parts, Run, SpecConfig
-from .types import Action, ActionKind, Author, Effect, History, Step, Task, Trajectory, Verdict
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """The drafted steps; the last one is staged iff ``staged``. ``refused`` says why the weak
-    policy's last proposal was dropped without execution (invalid or malformed), if it was; ``lost``
-    says why the drafter went away mid-block, if it did."""
-
-    steps: tuple[Step, ...]
-    staged: bool = False
-    refused: str | None = None
-    lost: str | None = None
+from .types import ActionKind, Effect, History, Step, Task, Trajectory
 
 
 async def run_specagent(task: Task, parts: Parts, config: SpecConfig = SpecConfig(),
                         start: History | None = None) -> Trajectory:
     run = Run(task, parts, config, start)
+    hooks = Hooks(run)  # the K controller (it picks K) and the block's span: neither decides what runs
     # Invariant: a weak model's write reaches a tool only after the strong model accepts it.
     # The only other way to a write is a strong repair, which is the strong model's own step.
     while run.next_round():
-        k = run.next_k()
+        k = hooks.next_k()
         if k == 0:
             await strong_step(run)
             continue
-        with run.span("block") as span:
+        with hooks.block():
             block = await draft(run, k)
-            span.set("specagent.draft_length", len(block.steps))
-            if block.lost is not None:
-                run.note("redraft", block.lost)  # drafted reads are reversible: drop them, draft again from H
-                continue
-            run.drafted(block.steps, block.staged)
+            hooks.drafted(block)
             if not block.staged:
-                run.commit(block.steps)  # reads only: reversible, so no review (a full K-read block)
-                if block.refused is not None:
-                    await strong_repair(run, block.refused)
+                await commit_unreviewed(run, block)
                 continue
             ruling = await review(run, block.steps)
-            span.set("specagent.accepted_prefix", ruling.verdict.accepted_prefix)
-            run.reviewed(block.steps, ruling.verdict)
+            hooks.reviewed(block, ruling)
             await commit(run, block, ruling)
     return run.trajectory()
 
@@ -81,21 +71,21 @@ async def draft(run: Run, k: int) -> Block:
     steps: list[Step] = []
     for _ in range(min(k, run.room())):
         try:
-            proposal = await run.propose("weak", "draft", steps)
+            proposal = await propose(run, "weak", "draft", steps)
         except EngineUnavailable as exc:
             return Block(tuple(steps), lost=str(exc))
         if proposal is None:
             return Block(tuple(steps), refused=run.last_malformed)
         action = proposal.action
-        reason = run.invalid_reason(action)
+        reason = run.validity.invalid_reason(action)
         if reason is not None:
             run.note("invalid_action", f"weak: {reason}", action)
             return Block(tuple(steps), refused=f"weak policy proposed an invalid action: {reason}")
-        if run.classify(action) is Effect.WRITE:
+        if run.tiers.classify(action) is Effect.WRITE:
             steps.append(Step(action, None, "weak", Effect.WRITE))
             run.note("staged", "", action)
             return Block(tuple(steps), staged=True)
-        observation = await run.observe(action)
+        observation = await run.executor.observe(action)
         steps.append(Step(action, observation, "weak", Effect.READ))
         run.note("drafted", "", action)
         if action.kind is ActionKind.MESSAGE:
@@ -103,66 +93,28 @@ async def draft(run: Run, k: int) -> Block:
     return Block(tuple(steps))
 
 
+async def commit_unreviewed(run: Run, block: Block) -> None:
+    """A block with nothing staged: its reads commit without review (reads are reversible; a full K-read
+    block), and a refused last proposal is replaced by a strong step. A drafter lost mid-block drops the
+    block instead, reads included, and drafting restarts from H."""
+    if block.lost is not None:
+        run.note("redraft", block.lost)
+        return
+    run.commit(block.steps)
+    if block.refused is not None:
+        await strong_repair(run, block.refused)
+
+
 async def commit(run: Run, block: Block, ruling: Ruling) -> None:
-    """Commit the accepted prefix; execute the staged write only if the whole block was accepted, and of a
-    parallel staged action only the calls the verdict accepted."""
+    """Commit the accepted prefix; execute the staged write only if the whole block was accepted (of a
+    parallel staged action only the calls the verdict accepted: accept.py); else drop the rest and repair."""
     verdict = ruling.verdict
     j, n = verdict.accepted_prefix, len(block.steps)
     run.note("accepted", f"{j}/{n}")
     if j == n:
         run.commit(block.steps[:-1])
-        accepted, rejected = verdict.split(block.steps[-1].action)
-        if rejected is not None:
-            run.note("calls_accepted", f"{len(accepted.calls)}/{len(block.steps[-1].action.calls)}", accepted)
-        await run.execute_and_commit(accepted, "weak")  # accepted by the verifier: may now have effect
-        if rejected is not None:
-            run.note("rejected", verdict.reason, rejected)
-            await repair(run, verdict, ran=accepted, judge=ruling.judge)
+        await execute_staged(run, block.steps[-1].action, ruling)
         return
     run.commit(block.steps[:j])
     run.note("rejected", verdict.reason, block.steps[j].action)
     await repair(run, verdict, judge=ruling.judge)
-
-
-async def repair(run: Run, verdict: Verdict, ran: Action | None = None, judge: Author = "strong") -> None:
-    """Replace what the verdict rejected: its fused repair if valid, else a strong step from (H, r). After
-    a partial accept, a fused repair that repeats a call of ``ran`` (the accepted calls) is invalid: that
-    call already ran, and running it again would be a second write. A fused repair is its judge's step."""
-    if run.termination is not None:
-        return
-    fused = verdict.repair
-    why = None if fused is None else run.invalid_reason(fused) or _repeats(fused, ran)
-    if fused is not None and why is None:
-        run.note("fused_repair", verdict.reason, fused, judge)
-        with run.span("repair", **{"specagent.repair_kind": "fused"}):
-            await run.execute_and_commit(fused, judge)
-    else:
-        if fused is not None:
-            run.note("invalid_action", f"fused repair: {why}", fused)
-        await strong_repair(run, verdict.reason)
-
-
-def _repeats(fused: Action, ran: Action | None) -> str | None:
-    done = {c.key() for c in ran.calls} if ran is not None else set()
-    again = [c.name for c in fused.calls if c.key() in done]
-    return f"it repeats {', '.join(again)}, which already ran" if again else None
-
-
-async def strong_step(run: Run) -> None:
-    """The block's cap is 0: the strong policy writes the step, as in Strong-only (a strong repair's equal)."""
-    with run.span("strong_step"):
-        proposal = await run.propose("strong", "step")
-        if proposal is not None:
-            run.note("strong_step", "K = 0", proposal.action)
-            await run.execute_and_commit(proposal.action, "strong")
-
-
-async def strong_repair(run: Run, reason: str) -> None:
-    """One step written by the strong policy from (H, r). Not verified again."""
-    if run.termination is not None:
-        return
-    with run.span("repair", **{"specagent.repair_kind": "strong"}):
-        proposal = await run.propose("strong", "repair", feedback=reason)
-        if proposal is not None:
-            run.note("strong_repair", reason, proposal.action)
-            await run.execute_and_commit(proposal.action, "strong")
