@@ -35,7 +35,7 @@ def engine_placement(profile: str, model_id: str) -> tuple[list[dict[str, float]
     from ray.serve.llm import LLMConfig
 
     sys.path.insert(0, str(REPO))
-    from specagent_ray.launch.profiles import RAY_LLM, profile_path
+    from specagent_ray.launch.deployment_profiles import RAY_LLM, profile_path
 
     raw = yaml.safe_load(profile_path(profile).read_text())
     for app in raw.get("applications", []):

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--output", required=True, type=Path)
     a = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    from specagent_ray.launch.profiles import load_profile, profile_path
+    from specagent_ray.launch.deployment_profiles import load_profile, profile_path
 
     raw = yaml.safe_load(profile_path(a.profile).read_text())
     out = render(raw, _pairs(a.accelerator, "--accelerator"), _pairs(a.pin, "--pin"))

@@ -1,7 +1,7 @@
 """The one way to override a Serve profile: a deep merge.
 
 Mappings merge key by key, anything else (scalars, lists) replaces; ``applications`` is keyed by
-application name. ``serve.profiles.load_profile`` merges a run's ``args`` into the SpecAgent
+application name. ``launch/deployment_profiles.py``'s ``load_profile`` merges a run's ``args`` into the SpecAgent
 application with it, and ``k8s/serve_config.py`` applies an overlay's overrides with it.
 
 Standard library only: ``k8s/serve_config.py`` loads this file before the project is installed.

@@ -31,7 +31,7 @@ def cpu_engine_kwargs() -> dict[str, Any]:
 def _cpu_engine_kwargs() -> dict[str, Any]:
     import yaml
 
-    from .profiles import RAY_LLM, profile_path
+    from .deployment_profiles import RAY_LLM, profile_path
 
     raw = yaml.safe_load(profile_path("local-cpu").read_text())
     engines = next(a for a in raw["applications"] if a.get("import_path") == RAY_LLM)

@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from ..ports import free_port
-from .profiles import load_profile
+from .deployment_profiles import load_profile
 from .watch import AppFailed, AppWatch
 from .workload import (
     SessionResult,
@@ -64,7 +64,7 @@ NEXT_STEPS = (
 
 def default_tasks(profile: str, tool_source: str, count: int) -> tuple[str, ...]:
     """The first ``count`` tasks of a tool source's benchmark set (tau2's base split, BFCL's cases)."""
-    from ..benchmarks import benchmark
+    from ..tasks import benchmark
     from ..serve.core.config import AppConfig
     from ..serve.toolhost.sources import benchmark_name
 

@@ -20,7 +20,7 @@ from typing import IO, Any
 import httpx
 
 from .client import GatewayClient
-from .profiles import deploy, load_profile, run_profile
+from .deployment_profiles import deploy, load_profile, run_profile
 from .startup import patient_serve_env, ray_init, start_serve
 from .watch import AppWatch
 

@@ -92,6 +92,7 @@ def add_parser(sub: Any) -> None:
     work.add_argument("--turns", type=int, default=3, help="--api responses: turns per conversation; --api chat, "
                       "messages: steps per agent loop (tool calls, a read and a write in turn, then a message)")
     lt.add_argument("--out", type=Path, default=Path("results/loadtest"), help="folder for JSON, CSV and PNG")
+    lt.set_defaults(run=run_loadtest)
 
 
 def _levels(text: str) -> tuple[int, ...]:

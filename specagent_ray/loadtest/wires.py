@@ -1,7 +1,7 @@
 """``specagent-ray loadtest --api chat`` and ``--api messages``: a stateless agent loop on a wire against the
 same loop on the sessions API, in one run, at the same time.
 
-A loop is what a coding agent does: its user message is a plan (``models/plan.py``) of ``steps - 1`` tool
+A loop is what a coding agent does: its user message is a plan (``models/scripted_plan.py``) of ``steps - 1`` tool
 calls, reads and writes in turn (``read_file`` is a read the profile trusts, ``write_file`` a write, staged
 and verified before it goes out), then ``say done``. A step is one turn of the agent: it ends with a tool
 call or the final message.

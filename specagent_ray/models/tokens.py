@@ -4,6 +4,10 @@ Prompt sizes come from the real text: the domain's policy and tool schemas, and 
 rendered action and observation, at ``chars_per_token``. Decode sizes are a reasoning budget plus the
 action itself. ``PrefixCache`` applies the paper's accounting: a prompt prefix is prefilled once per
 session and model, later calls that repeat it get it from cache.
+
+The simulated world (``sim/``) counts its calls with it; the served wires estimate a prompt's tokens with
+its ``chars_per_token`` where no tokenizer can be asked (``serve/agents/tokens.py``): so it lives here,
+beside the real backends, and ``sim/`` imports it.
 """
 
 from __future__ import annotations

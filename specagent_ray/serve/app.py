@@ -274,7 +274,7 @@ def _engines(config: AppConfig, drafter: DeploymentHandle | None, verifier: Depl
         return SimEngineClient(Served(drafter, counts), Served(verifier, counts), config.engines, config.coordinator,
                                None if mid is None else Served(mid, counts))
     if isinstance(config.engines, ScriptedEngines):
-        from ..models.plan import PlanEngineClient
+        from ..models.scripted_plan import PlanEngineClient
         from .engines.priority import ProgramPriority
 
         return PlanEngineClient(ProgramPriority())

@@ -1,7 +1,8 @@
 """Telemetry: NVML sampling (measured GPU-s and DRAM bytes), per-request attribution, resource reports."""
 
 from .attribution import Attributed, Attribution, Window, attribute, bucket_tokens
-from .nvml import DeviceStatus, NvmlApi, NvmlSampler, PynvmlApi
+from .nvml import DeviceStatus, NvmlSampler
+from .nvml_api import NvmlApi, PynvmlApi
 from .resources import ResourceReport, RoleTokens, report_from_ledger, session_report
 
 __all__ = [

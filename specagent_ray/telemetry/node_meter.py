@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .nvml import NvmlApi, NvmlSampler, PynvmlApi
+from .nvml import NvmlSampler
+from .nvml_api import NvmlApi, PynvmlApi
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,7 @@ def gateway_app(log_dir: Path, fail_after: int | None = None, latency: LatencyMo
                 env: dict[str, str] | None = None, **coordinator: Any) -> Any:
     """The ASGI app ``in_process_gateway`` serves (same arguments). Its coordinator shards start in the
     event loop of the first request, so serve it from one loop. Its schema lists the tau2 sources' task ids."""
-    from ..models.plan import PlanEngineClient
+    from ..models.scripted_plan import PlanEngineClient
     from ..serve.agents.terms import Terms
     from ..serve.core.api import Offer
     from ..serve.core.handles import Local

@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK (``openai-agents``, pinned in the dev extra), run unchanged against the gateway
 and coordinator in process, with the scripted engines and real MCP servers (the project's bank server,
 whose journal counts calls on the server's side). The plan in each user message decides what the agent
-does (``models/plan.py``).
+does (``models/scripted_plan.py``).
 
 The SDK replays the whole conversation on every request by default (its past ``function_call`` items
 with their ids, then the outputs); with ``auto_previous_response_id=True`` it sends only new items."""

@@ -1,6 +1,6 @@
 """Anthropic's Messages API through the official ``anthropic`` SDK (unchanged), against the real gateway and
 coordinator in process, on the scripted engines: the agent follows the plan in the user message
-(``models/plan.py``). The client is stateless: it resends the whole conversation at every step and never
+(``models/scripted_plan.py``). The client is stateless: it resends the whole conversation at every step and never
 names a session, yet one session answers the whole tool loop (each message id names its session and
 turn). ``read_file`` is a read the profile trusts; ``write_file`` is a write, verified before it goes out."""
 

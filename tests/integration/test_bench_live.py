@@ -155,7 +155,7 @@ def test_telecom_live_the_users_own_tools_run_on_their_side_and_reach_the_grader
 
 async def test_the_live_user_runs_its_tools_on_the_users_side_and_reports_them(endpoint):
     from specagent_ray.models.backend import ChatEndpoint as Endpoint
-    from specagent_ray.models.users import Tau2User
+    from specagent_ray.models.tau2_user import Tau2User
     from specagent_ray.tools.tau2 import Tau2Domain, Tau2Tools
 
     telecom = Tau2Domain.load("telecom")
@@ -180,7 +180,7 @@ def test_bfcl_live_runs_real_model_calls_on_the_cases_backends_turn_by_turn(endp
 
 @pytest.mark.parametrize("domain, task", [("airline", "no-such-task"), ("bfcl-base", "multi_turn_base_9999")])
 def test_an_unknown_task_is_refused_before_any_engine_is_called(domain, task):
-    from specagent_ray.bench.live import LiveConfig, run_live
+    from specagent_ray.bench.quality.live import LiveConfig, run_live
     from specagent_ray.models.backend import ChatEndpoint
 
     nowhere = ChatEndpoint("http://127.0.0.1:9/v1", "none")  # nothing listens: any call would fail otherwise

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from specagent_ray.bench import scale
+from specagent_ray.bench.served import scale
 from specagent_ray.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]

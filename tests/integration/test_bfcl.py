@@ -9,10 +9,10 @@ import inspect
 
 import pytest
 
-from specagent_ray.bench.bfcl import bfcl_parts
-from specagent_ray.benchmarks import benchmark
-from specagent_ray.models.gold import SimSettings
-from specagent_ray.models.simulated import ErrorRates
+from specagent_ray.bench.quality.bfcl_parts import bfcl_parts
+from specagent_ray.tasks import benchmark
+from specagent_ray.sim.gold import SimSettings
+from specagent_ray.sim.policies import ErrorRates
 from specagent_ray.protocol import METHODS, SpecConfig
 from specagent_ray.protocol.types import Action, ActionKind, Effect, History, Observation, Step, Task, ToolCall
 from specagent_ray.protocol.types import Termination, Trajectory
@@ -106,7 +106,7 @@ def test_zero_error_strong_only_scores_every_case_of_every_category(category):
 
 
 def test_asking_the_user_is_the_gold_step_where_a_parameter_is_missing_and_the_verifier_is_told_so():
-    from specagent_ray.models.gold import ASK, bfcl_gold_script as gold_script
+    from specagent_ray.sim.gold import ASK, bfcl_gold_script as gold_script
     from specagent_ray.models.prompts import verify_instruction
 
     case = next(c for c in load_cases("miss_param").values() if () in c.ground_truth)

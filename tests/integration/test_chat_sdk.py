@@ -1,6 +1,6 @@
 """Chat Completions through the official OpenAI SDK (``client.chat.completions.create``, streamed and not),
 against the real gateway and coordinator in process. The engines follow the plan in the user message
-(``models/plan.py``). The client is stateless, as every Chat Completions agent is: it resends the whole
+(``models/scripted_plan.py``). The client is stateless, as every Chat Completions agent is: it resends the whole
 history each step and never names a session; the server still runs the whole loop as ONE session (counted
 by the coordinator's own ``/v1/stats``). Hostile: a forged tool call in a replayed history never runs, and
 another tenant replaying a history byte for byte gets a new session and nothing of the first one's."""

@@ -118,7 +118,7 @@ def test_three_times_eight_gpus_stays_pending(probe):
 
 def test_bench_scale_runs_its_shards_on_the_multinode_cluster(cluster):
     _, state = cluster
-    code = ("import json; from specagent_ray.bench.scale import scale_run; "
+    code = ("import json; from specagent_ray.bench.served.scale import scale_run; "
             f"print(json.dumps(scale_run(2, 12, address={state['address']!r})))")
     out = _run("-c", code, env={**state["env"], "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, timeout=600)
     assert out.returncode == 0, f"bench failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"

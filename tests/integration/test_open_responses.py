@@ -4,7 +4,7 @@ the scripted engines and a client tool source; and the request fields agent clie
 request. Every response body and every stream event is validated against the specification's own
 models (``openresponses-types``, pinned in the dev extra), and parsed with openai-python's types.
 
-The scripted engines answer a message without a plan by their documented default (``models/plan.py``):
+The scripted engines answer a message without a plan by their documented default (``models/scripted_plan.py``):
 call the first function tool once with arguments its schema accepts, then say ok."""
 
 from __future__ import annotations

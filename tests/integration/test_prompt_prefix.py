@@ -5,7 +5,7 @@ Completions, Messages), for a stateless client that resends its whole history ea
 The seam is the engines' HTTP client: the real ``OpenAIEngineClient`` (its prompt config, its
 ``LLMPolicy``/``LLMVerifier``, its ``PromptTrail``s, its verify batcher, the parsing of what comes back)
 over two recording backends, one per engine, in place of ``ChatBackend``. Each backend records the message
-list it is sent and answers what the session's plan says (``models/plan.py``'s policies and verifier decide
+list it is sent and answers what the session's plan says (``models/scripted_plan.py``'s policies and verifier decide
 it, rendered as the JSON a model would write), so the gateway, the wires, the binder and the coordinator are
 the real ones. Each recorded prompt is rendered with the tiny model's own chat template (the tokenizer vLLM
 loads on the local-cpu profile, ``models/tiny.py``) and tokenized.
@@ -32,7 +32,7 @@ import anthropic
 import openai
 import pytest
 
-from specagent_ray.models import plan as plan_module
+from specagent_ray.models import scripted_plan as plan_module
 from specagent_ray.models.backend import Completion
 from specagent_ray.models.prompts import render_action
 from specagent_ray.models.tiny import _train_tokenizer

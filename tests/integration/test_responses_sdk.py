@@ -1,7 +1,7 @@
 """The Responses API through the official OpenAI SDK (pinned, unchanged), against the real gateway and
 coordinator in process, with real MCP servers: the project's bank server (``--journal`` counts calls on
 the server's side, never on the client's word) and mcp-server-git from PyPI. The engines follow the plan
-written in each user message (``models/plan.py``): ``... weak {...}`` makes the weak model draft other
+written in each user message (``models/scripted_plan.py``): ``... weak {...}`` makes the weak model draft other
 arguments, which the verifier rejects and repairs."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from specagent_ray.bench.report import MethodSummary, write_json
+from specagent_ray.results.summaries import MethodSummary, write_json
 from specagent_ray.cli import main
 from specagent_ray.storage import S3Store, get_json, open_store, put_json
 from specagent_ray.storage.testing import LocalS3, free_port, isolated_aws_env

@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
-from specagent_ray.bench.simulation import simulated_parts
-from specagent_ray.models.gold import SimSettings
-from specagent_ray.models.simulated import ErrorRates
+from specagent_ray.bench.quality.tau2_parts import simulated_parts
+from specagent_ray.sim.gold import SimSettings
+from specagent_ray.sim.policies import ErrorRates
 from specagent_ray.protocol import METHODS, Effect, SpecConfig, ToolCall
 from specagent_ray.tools.tau2 import Grader, Tau2Domain, Tau2Tools
 
@@ -76,7 +76,7 @@ def test_grader_rewards_gold_and_punishes_a_wrong_write(airline):
 
 def test_specagent_on_tau2_never_executes_a_rejected_write(airline):
     """Weak always writes a wrong argument; a verifier that never falsely accepts stops every one."""
-    from specagent_ray.models.simulated import VerifierRates
+    from specagent_ray.sim.policies import VerifierRates
 
     settings = SimSettings(weak=ErrorRates(wrong_arg=1.0), strong=ErrorRates(),
                            verifier=VerifierRates(false_accept=0.0, false_reject=0.0, fused_repair=0.5))
@@ -172,7 +172,7 @@ def test_parallel_gold_writes_run_once_each_and_a_rejected_call_never_runs(weak_
     ``weak_errs``) never runs; the task is solved."""
     from dataclasses import replace
 
-    from specagent_ray.models.simulated import VerifierRates
+    from specagent_ray.sim.policies import VerifierRates
 
     retail = Tau2Domain.load("retail")
     settings = replace(SimSettings(strong=ErrorRates(), weak=ErrorRates(wrong_arg=1.0 if weak_errs else 0.0),

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from specagent_ray.bench.simulation import simulated_parts
-from specagent_ray.models.gold import SimSettings
-from specagent_ray.models.simulated import ErrorRates
-from specagent_ray.models.users import GoldUser
+from specagent_ray.bench.quality.tau2_parts import simulated_parts
+from specagent_ray.sim.gold import SimSettings
+from specagent_ray.sim.policies import ErrorRates
+from specagent_ray.sim.users import GoldUser
 from specagent_ray.protocol import METHODS, Effect, SpecConfig, ToolCall
 from specagent_ray.protocol.types import Observation, UserToolCall
 from specagent_ray.serve.log.records import StepJson

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from specagent_ray.launch.profiles import OURS, load_profile
+from specagent_ray.launch.deployment_profiles import OURS, load_profile
 from specagent_ray.protocol.baselines import METHODS
 from specagent_ray.serve.core.config import PRODUCTION_METHODS, AppConfig
 from specagent_ray.testing.gateway_server import in_process_gateway

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specagent_ray.launch.profiles import OURS
+from specagent_ray.launch.deployment_profiles import OURS
 from specagent_ray.testing.k8s import (
     OVERLAYS,
     all_pod_templates,

@@ -1,6 +1,6 @@
 """Red team on the stateless wires, ``POST /v1/chat/completions`` and ``POST /v1/messages`` (with
 ``/v1/messages/count_tokens``), through the real HTTP gateway and coordinator in process, on plan-following
-engines (``models/plan.py``): the client decides every step the agent takes, as an attacker would.
+engines (``models/scripted_plan.py``): the client decides every step the agent takes, as an attacker would.
 
 A stateless request names no session: the server finds it from the history the request carries. So the
 history is the attack surface: another tenant's history replayed byte for byte (minted ids included), ids

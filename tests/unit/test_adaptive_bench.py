@@ -7,7 +7,7 @@ import argparse
 import pytest
 from rich.console import Console
 
-from specagent_ray.bench.adaptive import (
+from specagent_ray.planner.adaptive import (
     Level,
     Session,
     add_parser,
@@ -17,8 +17,8 @@ from specagent_ray.bench.adaptive import (
     priced,
     run_from_args,
 )
-from specagent_ray.bench.plan_batch import predicted_batch
-from specagent_ray.costs.controller import TokenModel
+from specagent_ray.planner.check_batch import predicted_batch
+from specagent_ray.control.controller import TokenModel
 from specagent_ray.costs.planner import role_cost
 
 
@@ -39,7 +39,7 @@ def test_a_call_mix_is_calls_per_committed_step_with_their_mean_tokens():
 def test_a_mix_of_only_strong_steps_prices_like_strong_only():
     from dataclasses import replace
 
-    from specagent_ray.bench.adaptive import default_inputs
+    from specagent_ray.planner.adaptive import default_inputs
     from specagent_ray.costs.planner import operate
 
     inputs = default_inputs()
@@ -83,7 +83,7 @@ def test_the_goals_ask_for_a_margin_to_beat_both_and_no_more_than_3_percent_to_l
 def test_the_planners_batch_solves_littles_law():
     from dataclasses import replace
 
-    from specagent_ray.bench.adaptive import default_inputs
+    from specagent_ray.planner.adaptive import default_inputs
 
     inputs = default_inputs()
     inputs = replace(inputs, strong=replace(inputs.strong, replicas=1))
@@ -102,7 +102,9 @@ def parsed(argv):
 
 @pytest.mark.slow
 def test_the_bench_runs_end_to_end_and_writes_its_figures(tmp_path):
-    args = parsed(["--levels", "10,1000", "--tasks", "8", "--trials", "1", "--out", str(tmp_path / "adaptive.json")])
+    """Without a mid verifier (the planner's SpecAgent crossover is the premise): K = 0 for some blocks past it."""
+    args = parsed(["--levels", "10,1000", "--tasks", "8", "--trials", "1", "--mid-model", "none",
+                   "--out", str(tmp_path / "adaptive.json")])
     run_from_args(args, Console(record=True))
     import json
 
@@ -110,4 +112,78 @@ def test_the_bench_runs_end_to_end_and_writes_its_figures(tmp_path):
     chosen = {lv["sessions"]: lv["chosen_k"] for lv in doc["levels"]}
     assert "0" not in chosen[10.0]  # 10 sessions: it speculates
     assert chosen[1000.0].get("0", 0) > 0  # past the crossover the strong model writes for some sessions
-    assert doc["goals"]["gpu_seconds: adaptive within 3% of the better fixed method at every level"]
+    assert doc["goals"]["gpu_seconds: adaptive within 3% of the best fixed method at every level"]
+
+
+def test_the_route_sets_the_mid_verifier_for_the_blocks_sent_to_the_chain():
+    from types import SimpleNamespace
+
+    from specagent_ray.planner.adaptive import mid_switch
+
+    parts, mid, heard = SimpleNamespace(mid="judge"), "judge", []
+    route = mid_switch(parts, mid, heard)
+    route(False)
+    assert parts.mid is None  # the strong verifier alone reviews this block
+    route(True)
+    assert parts.mid == "judge" and heard == [False, True]
+
+
+def test_the_chains_escalation_is_measured_as_strong_over_mid_verifies():
+    from specagent_ray.planner.adaptive import chain_rates
+
+    runs = [session(5, [("mid", "verify", 1, 0, 1)] * 4 + [("strong", "verify", 1, 0, 1)]),
+            session(5, [("mid", "verify", 1, 0, 1)] * 6 + [("strong", "verify", 1, 0, 1), ("strong", "repair", 1, 0, 1)])]
+    rates = chain_rates(runs)
+    assert rates.e_accept == pytest.approx(2 / 10) and rates.e_reject is None and rates.rho_mid == 0.0
+
+
+def totals_level(sessions, hbm, gpus, latency):
+    """A level with the fleet figures the goals in totals read, per method (Pass@1 all alike)."""
+    figures = {m: {"fleet_hbm_total": hbm[m], "fleet_gpu_s_per_step": gpus[m], "fleet_latency": latency[m],
+                   "pass_at_1": 90.0, "pass_low": 80.0, "pass_high": 100.0} for m in hbm}
+    return Level(sessions, "given", figures, {})
+
+
+def test_the_goals_in_totals_hold_the_chain_and_adaptive_against_strong_only():
+    from specagent_ray.planner.adaptive_report import total_goals_of
+
+    ms = ("strong", "fixed", "chain", "adaptive")
+    low = totals_level(10, dict(zip(ms, (10.0, 4.0, 2.5, 3.1), strict=True)), dict.fromkeys(ms, 1.0),
+                       dict.fromkeys(ms, 1.0))
+    high = totals_level(1000, dict.fromkeys(ms, 1.0), dict(zip(ms, (1.0, 0.9, 0.7, 0.7), strict=True)),
+                        dict(zip(ms, (3.0, 2.0, 2.0, 2.1), strict=True)))
+    goals = total_goals_of([low, high])
+    assert [(g.scope, g.verdict) for g in goals] == [
+        ("fixed K", "MISS"), ("fixed K", "MISS"), ("chain, fixed K", "PASS"), ("chain, fixed K", "PASS"),
+        ("adaptive", "MISS"), ("adaptive", "PASS")]
+    assert goals[2].figure.startswith("0.25x") and "latency 1.50x" in goals[3].figure
+
+
+def test_a_levels_table_prints_every_role_and_the_chain():
+    from specagent_ray.planner.adaptive_report import ROWS, level_table
+
+    keys = [k for k, _, _ in ROWS]
+    figures = {m: {**dict.fromkeys(keys, 1.0), "pass_at_1": 1.0, "pass_low": 0.0, "pass_high": 2.0}
+               for m in ("strong", "fixed", "chain", "adaptive")}
+    console = Console(record=True, width=400)
+    console.print(level_table(Level(10, "given", figures, {"3 chain": 5, "0": 2}), "hbm"))
+    text = console.export_text()
+    for label in ("busy GPU-s, all roles", "HBM all roles, TB (objective)", "of which mid, TB",
+                  "of which strong (strong model only), TB", "chain, fixed K", "3 chain: 5, 0: 2"):
+        assert label in text, label
+
+
+@pytest.mark.slow
+def test_with_a_mid_verifier_the_bench_routes_blocks_to_the_chain_and_checks_it_in_totals(tmp_path):
+    import json
+
+    args = parsed(["--levels", "10", "--tasks", "4", "--trials", "1", "--objective", "hbm",
+                   "--out", str(tmp_path / "adaptive.json")])
+    run_from_args(args, Console(record=True))
+    doc = json.loads(args.out.read_text())
+    (level,) = [lv for lv in doc["levels"] if lv["sessions"] == 10.0]
+    assert any(key.endswith(" chain") for key in level["chosen_k"])  # an MoE mid saves HBM in total at 10
+    f = level["figures"]
+    assert f["chain"]["mid_hbm"] > 0 and f["fixed"]["mid_hbm"] == 0 == f["strong"]["mid_hbm"]
+    for m in ("strong", "fixed", "chain", "adaptive"):
+        assert f[m]["hbm_total"] == pytest.approx(f[m]["weak_hbm"] + f[m]["mid_hbm"] + f[m]["strong_hbm"])

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from specagent_ray.bench.variants import TABLE, VARIANTS, critical_writes, variant_of
-from specagent_ray.models.sim_judge import Look, confidence
+from specagent_ray.bench.quality.variants import TABLE, VARIANTS, critical_writes, variant_of
+from specagent_ray.sim.judge import Look, confidence
 from specagent_ray.protocol.types import Action, Effect, History, Observation, Step, Task, Termination, Tier, \
     ToolCall, Trajectory
 
@@ -46,7 +46,7 @@ def test_the_table_has_the_six_rows_and_plain_methods_are_variants_with_nothing_
 
 
 def test_a_chain_variant_without_a_mid_model_to_price_is_refused():
-    from specagent_ray.bench.tau2 import BenchConfig
+    from specagent_ray.bench.quality.runs import BenchConfig
     from specagent_ray.costs.hardware import Hardware
 
     with pytest.raises(ValueError, match="mid model"):

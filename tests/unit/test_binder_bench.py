@@ -1,4 +1,4 @@
-"""The binder's bench as a command (``python -m specagent_ray.bench.binder``): its table puts each figure next to
+"""The binder's bench as a command (``python -m specagent_ray.bench.served.binder_cost``): its table puts each figure next to
 its baseline (a request that names its session), and its end-to-end part really runs a bound Chat Completions
 request against the same turn on the sessions API and on the Responses API (here on the in-process gateway,
 scripted engines)."""
@@ -12,7 +12,7 @@ import sys
 import pytest
 from rich.console import Console
 
-from specagent_ray.bench.binder import add_parser, run_from_args, wire_cost, wire_loop
+from specagent_ray.bench.served.binder_cost import add_parser, run_from_args, wire_cost, wire_loop
 from specagent_ray.testing.gateway_server import in_process_gateway
 
 APP = {"engines": {"kind": "scripted"}, "tool_sources": {"app": {"kind": "client", "read_tools": ["read_file"]}}}
@@ -52,7 +52,7 @@ def test_the_command_prints_each_figure_next_to_its_baseline(gateway, capsys):
 
 
 def test_python_dash_m_runs_the_bench_without_the_end_to_end_part():
-    done = subprocess.run([sys.executable, "-m", "specagent_ray.bench.binder", "--items", "8", "--chars", "5000",
+    done = subprocess.run([sys.executable, "-m", "specagent_ray.bench.served.binder_cost", "--items", "8", "--chars", "5000",
                            "--repeats", "2", "--wire-repeats", "0"], capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specagent_ray.bench.calls import summary
+from specagent_ray.bench.served.replica_calls import summary
 from specagent_ray.cli import build_parser
 
 
@@ -28,7 +28,7 @@ def test_the_command_line_has_defaults_and_refuses_nonsense():
     assert args.concurrency == (1, 8, 64) and args.rounds == 3
     from rich.console import Console
 
-    from specagent_ray.bench.calls import run_from_args
+    from specagent_ray.bench.served.replica_calls import run_from_args
 
     with pytest.raises(ValueError, match="at least 1"):
         run_from_args(build_parser().parse_args(["bench", "calls", "--concurrency", "0,8"]), Console())

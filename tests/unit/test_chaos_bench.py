@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from specagent_ray.bench.chaos import plan
+from specagent_ray.bench.served.chaos import plan
 from specagent_ray.cli import main
 from specagent_ray.launch.workload import infrastructure_errors, observation_texts
 

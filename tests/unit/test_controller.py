@@ -1,4 +1,4 @@
-"""The speculation controller (costs/controller.py): K per block from acceptance and engine load, pure."""
+"""The speculation controller (control/controller.py): K per block from acceptance and engine load, pure."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from specagent_ray.costs.controller import (
+from specagent_ray.control.controller import (
     OBJECTIVES,
+    Choice,
     Controller,
     Estimate,
     Load,
@@ -16,7 +17,7 @@ from specagent_ray.costs.controller import (
     write_share_for,
 )
 from specagent_ray.costs.fleet import make_plan, weak_for
-from specagent_ray.costs.online import AdaptiveK, OnlineEstimate, Prior
+from specagent_ray.control.online import AdaptiveK, OnlineEstimate, Prior
 from specagent_ray.costs.planner import Engine
 from specagent_ray.costs.specs import load_gpu, load_model
 from specagent_ray.protocol.types import (
@@ -35,7 +36,7 @@ WEAK = Engine(load_model("qwen3-4b"), H20, 1)
 
 def default_plan_inputs():
     """`specagent-ray plan`'s inputs with every default."""
-    from specagent_ray.bench.plan import add_parser, resolve
+    from specagent_ray.planner.command import add_parser, resolve
 
     sub = argparse.ArgumentParser().add_subparsers()
     add_parser(sub)
@@ -122,7 +123,7 @@ def near_the_crossover(mult: float):
 
 def k0_over_cheapest(controller, est, load):
     costs = controller.costs(est, load.sessions)
-    return costs[0] / min(c for k, c in costs.items() if k >= 1)
+    return costs[Choice(0)] / min(c for choice, c in costs.items() if choice.k >= 1)
 
 
 def test_past_the_crossover_each_session_decides_on_its_own_estimate():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from specagent_ray.bench.engines import add_parser, goals, pairs
+from specagent_ray.bench.engines.features import add_parser, goals, pairs
 
 CACHEABLE = "verify cached / cacheable (all but the block)"
 

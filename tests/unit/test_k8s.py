@@ -26,7 +26,7 @@ import pytest
 import yaml
 from referencing import Registry, Resource
 
-from specagent_ray.launch.profiles import OURS, RAY_LLM, validate_args
+from specagent_ray.launch.deployment_profiles import OURS, RAY_LLM, validate_args
 from specagent_ray.testing.k8s import (
     K8S,
     KUBECTL_MISSING,
@@ -415,7 +415,7 @@ def chain_docs(tmp_path_factory) -> list[dict[str, Any]]:
 
 
 def test_the_chain_overlay_serves_the_chain_profile_and_gives_the_mid_its_own_gpu_group(chain_docs):
-    from specagent_ray.bench.variants import MID_MODEL
+    from specagent_ray.bench.quality.variants import MID_MODEL
 
     service = one(chain_docs, "RayService")
     validate_pod_templates(service)

@@ -15,7 +15,7 @@ from openai.lib._pydantic import (
 from pydantic import BaseModel, Field, ValidationError
 
 from specagent_ray.models.parsing import parse_action, parse_verdict
-from specagent_ray.models.plan import PlanPolicy, PlanVerifier, parse_plan
+from specagent_ray.models.scripted_plan import PlanPolicy, PlanVerifier, parse_plan
 from specagent_ray.models.prompts import PromptConfig, Prompts, render_action
 from specagent_ray.models.structured import MessageFormat, check_output_schema, instance
 from specagent_ray.protocol.interfaces import MalformedOutput

@@ -12,7 +12,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from specagent_ray.telemetry.nvml import NvmlSampler, PynvmlApi
+from specagent_ray.telemetry.nvml import NvmlSampler
+from specagent_ray.telemetry.nvml_api import PynvmlApi
 
 LOST = pynvml.NVML_ERROR_GPU_IS_LOST
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED

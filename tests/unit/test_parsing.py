@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from specagent_ray.models.parsing import parse_action, parse_verdict
 from specagent_ray.protocol import Action, ActionKind, MalformedOutput, Verdict
+from specagent_ray.testing.examples import examples
 
 TOOLS = frozenset({"get_user_details", "cancel_reservation"})
 GET = {"kind": "tool", "name": "get_user_details", "arguments": {"user_id": "emma_kim_9957"}}
@@ -181,7 +182,7 @@ def check(parse, text):
     return value
 
 
-@settings(max_examples=1200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=outputs, n=st.integers(1, 8), finish=st.sampled_from([None, "stop", "length"]))
 def test_fuzz_parsers_only_return_valid_values_or_malformed(text, n, finish):
     action = check(lambda t: parse_action(t, TOOLS, finish), text)
@@ -221,7 +222,7 @@ parallel_outputs = st.one_of(mutated(parallel_actions), mutated(parallel_verdict
                              parallel_actions.map(json.dumps), parallel_verdicts.map(json.dumps))
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=outputs | parallel_outputs, n=st.integers(1, 8))
 def test_fuzz_parsers_with_parallel_calls_only_return_valid_values_or_malformed(text, n):
     action = check(lambda t: parse_action(t, TOOLS, None, parallel=True), text)

@@ -1,4 +1,4 @@
-"""``specagent-ray plan --compare-gpu`` (bench/plan_compare.py) and the GPU profile's label (bench/plan.py)."""
+"""``specagent-ray plan --compare-gpu`` (planner/compare_gpu.py) and the GPU profile's label (planner/command.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from specagent_ray.bench.plan import gpu_profile, shipped_label
-from specagent_ray.bench.plan_compare import rows
+from specagent_ray.planner.command import gpu_profile, shipped_label
+from specagent_ray.planner.compare_gpu import rows
 from specagent_ray.cli import main
 from specagent_ray.costs.fleet import PlanInputs, make_plan
 from specagent_ray.costs.planner import Acceptance, Engine, Traffic, token_model_shapes

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specagent_ray.bench.plan import gpu_profile, parse_blocks
-from specagent_ray.bench.plan_inputs import inputs_from_results, load_results
+from specagent_ray.planner.command import gpu_profile, parse_blocks
+from specagent_ray.planner.bench_inputs import inputs_from_results, load_results
 from specagent_ray.cli import main
 from specagent_ray.costs import theory
 from specagent_ray.costs.fleet import (
@@ -35,7 +35,7 @@ from specagent_ray.costs.planner import (
     step_cost,
     token_model_shapes,
 )
-from specagent_ray.costs.profiles import estimated_knee, write_profile
+from specagent_ray.costs.measured_gpus import estimated_knee, write_profile
 from specagent_ray.costs.specs import GpuProfile, ModelSpec, load_gpu, load_model
 
 DENSE = ModelSpec(name="dense-8b", total_params=8_000_000_000, active_params=8_000_000_000, layers=36, kv_layers=36,
@@ -260,8 +260,8 @@ def test_a_measured_profile_is_accepted_and_labelled(tmp_path):
 @pytest.fixture(scope="module")
 def bench_file(tmp_path_factory) -> Path:
     """A small simulated bench run (Strong-only and SpecAgent), stored as `bench tau2` stores it."""
-    from specagent_ray.bench.tau2 import BenchConfig, run_bench
-    from specagent_ray.models.gold import SimSettings
+    from specagent_ray.bench.quality.runs import BenchConfig, run_bench
+    from specagent_ray.sim.gold import SimSettings
 
     cfg = BenchConfig(domain="airline", methods=("strong", "specagent"), trials=2,
                       task_ids=tuple(str(t) for t in range(6)), sim=SimSettings.for_domain("airline", seed=0), workers=1)

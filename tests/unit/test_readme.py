@@ -49,7 +49,7 @@ def test_ci_runs_both_readme_commands_as_written_each_in_a_fresh_venv():
 
 def test_the_quick_start_states_what_the_main_job_does():
     from specagent_ray.launch import main_job
-    from specagent_ray.launch.profiles import load_profile
+    from specagent_ray.launch.deployment_profiles import load_profile
     from specagent_ray.launch.workload import LOCAL_MODELS, apps_of
 
     text = " ".join(_quick_start().split())

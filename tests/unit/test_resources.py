@@ -14,7 +14,8 @@ from specagent_ray.costs.specs import GpuProfile, ModelSpec
 from specagent_ray.protocol.interfaces import CallRecord
 from specagent_ray.protocol.types import Usage
 from specagent_ray.telemetry.attribution import Attributed, attribute, bucket_tokens
-from specagent_ray.telemetry.nvml import NvmlSampler, PynvmlApi
+from specagent_ray.telemetry.nvml import NvmlSampler
+from specagent_ray.telemetry.nvml_api import PynvmlApi
 from specagent_ray.telemetry.resources import (
     ResourceReport,
     combine_sources,

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from rich.console import Console
 
-from specagent_ray.bench import roofline as rf
-from specagent_ray.bench.roofline_device import (
+from specagent_ray.bench.roofline import probe as rf
+from specagent_ray.bench.roofline.device import (
     SHAPES,
     DramMeter,
     Stepper,
@@ -29,7 +29,7 @@ from specagent_ray.bench.roofline_device import (
 )
 from specagent_ray.cli import build_parser
 from specagent_ray.cli import main as cli_main
-from specagent_ray.costs import profiles as pf
+from specagent_ray.costs import measured_gpus as pf
 from specagent_ray.costs.specs import load_gpu, load_model
 
 # torch is imported where it is used: collection in every xdist worker would pay 1.6 s of CPU for it.

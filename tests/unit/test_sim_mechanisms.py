@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from specagent_ray.models.scripted import ScriptedPolicy
-from specagent_ray.models.simulated import (
+from specagent_ray.sim.policies import (
     CONFIRM_FORMS,
     ErrorRates,
     SimulatedPolicy,
@@ -243,7 +243,7 @@ def test_errors_by_stage_trips_a_redraft_where_the_first_draft_tripped(errors_by
 
 def test_a_new_stage_begins_only_when_a_write_is_executed():
     """The stage is the count of executed tool writes: a staged write, a message or a read leaves it."""
-    from specagent_ray.models.simulated import stage
+    from specagent_ray.sim.policies import stage
 
     s = script(clarify=False)
     reads = [step(READ_USER, Effect.READ), step(READ_RES, Effect.READ), step(s.items[2], Effect.WRITE)]

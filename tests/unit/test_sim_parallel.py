@@ -3,8 +3,8 @@ parallel item is done."""
 
 from __future__ import annotations
 
-from specagent_ray.models.sim_parallel import depends, group_calls
-from specagent_ray.models.sim_script import build_script
+from specagent_ray.sim.parallel import depends, group_calls
+from specagent_ray.sim.script import build_script
 from specagent_ray.protocol.types import Action, ActionKind, Effect, Observation, Step, ToolCall
 
 EFFECT = {"get_user": Effect.READ, "get_order": Effect.READ, "refund": Effect.WRITE}
@@ -92,8 +92,8 @@ def test_a_write_group_is_confirmed_once_and_a_partly_done_group_asks_only_for_t
 
 
 def test_the_simulated_judge_answers_call_by_call_and_repairs_only_what_it_rejected():
-    from specagent_ray.models.sim_parallel import judge_calls
-    from specagent_ray.models.simulated import VerifierRates, mutate_one, _rng
+    from specagent_ray.sim.parallel import judge_calls
+    from specagent_ray.sim.policies import VerifierRates, mutate_one, _rng
 
     exact = VerifierRates(false_accept=0.0, false_reject=0.0)
     want = Action.parallel([refund("#W1x").call, refund("#W2x").call])
@@ -111,8 +111,8 @@ def test_the_simulated_judge_answers_call_by_call_and_repairs_only_what_it_rejec
 
 
 def test_the_judge_accepts_the_last_call_of_a_partly_done_group_and_never_repairs_with_what_ran():
-    from specagent_ray.models.gold import script_models, SimSettings
-    from specagent_ray.models.simulated import ErrorRates, VerifierRates
+    from specagent_ray.sim.gold import script_models, SimSettings
+    from specagent_ray.sim.policies import ErrorRates, VerifierRates
     from specagent_ray.protocol.types import History, Task
     import asyncio
 

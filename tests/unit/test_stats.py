@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from specagent_ray.bench.results import BlockStats, RoleUsage, TrialResult
-from specagent_ray.bench.stats import gap_recovered, paired_bootstrap, pass_at_1
+from specagent_ray.results.trial import BlockStats, RoleUsage, TrialResult
+from specagent_ray.results.stats import gap_recovered, paired_bootstrap, pass_at_1
 
 ZERO = RoleUsage(calls=0, prompt_tokens=0, cached_prompt_tokens=0, decode_tokens=0, flops=0, hbm_low=0, hbm_high=0,
                  gpu_latency_s=0)

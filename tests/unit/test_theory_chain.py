@@ -1,12 +1,12 @@
 """The three-tier chain's Proposition (costs/theory.py:chain_traffic), its Monte-Carlo check through the real loop
-(bench/montecarlo.py), the planner's method ``chain`` (costs/calls.py, planner.py, fleet.py, ``plan --chain``)
+(bench/theory/montecarlo.py), the planner's method ``chain`` (costs/calls.py, planner.py, fleet.py, ``plan --chain``)
 and the mid model's deployment (costs/hardware.py)."""
 
 import json
 
 import pytest
 
-from specagent_ray.bench.montecarlo import HAS_MID, ChainWorld, measure_chain
+from specagent_ray.bench.theory.montecarlo import HAS_MID, ChainWorld, measure_chain
 from specagent_ray.cli import main
 from specagent_ray.costs import theory
 from specagent_ray.costs.fleet import PlanInputs, make_plan

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specagent_ray.bench.montecarlo import measure
+from specagent_ray.bench.theory.montecarlo import measure
 
 
 @pytest.mark.parametrize("p", [0.5, 0.7, 0.9])

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from specagent_ray.bench.scale import per_step
+from specagent_ray.bench.served.scale import per_step
 from specagent_ray.serve.core.handles import Served
 from specagent_ray.telemetry.threads import (
     CALLS_IN,

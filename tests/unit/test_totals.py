@@ -1,4 +1,4 @@
-"""Savings in total (costs/totals.py, bench/beyond_totals.py, bench/plan_fleet.py): every role counted, one
+"""Savings in total (costs/totals.py, bench/quality/beyond_totals.py, planner/fleet_tables.py): every role counted, one
 fleet view in the planner, the goals stated in totals, the chain's mid chosen by the total."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from specagent_ray.bench import beyond_totals as bt
-from specagent_ray.bench.beyond import table
-from specagent_ray.bench.plan import add_parser, resolve
-from specagent_ray.bench.plan_fleet import fleet_views
-from specagent_ray.bench.variants import MID_MODEL
+from specagent_ray.bench.quality import beyond_totals as bt
+from specagent_ray.bench.quality.beyond import table
+from specagent_ray.planner.command import add_parser, resolve
+from specagent_ray.planner.fleet_tables import fleet_views
+from specagent_ray.bench.quality.variants import MID_MODEL
 from specagent_ray.costs.fleet import make_plan, size
 from specagent_ray.costs.hardware import Hardware
 from specagent_ray.costs.planner import operate
@@ -112,7 +112,7 @@ def test_the_default_mid_is_the_one_the_total_chose():
 
     import yaml
 
-    from specagent_ray.bench.plan_chain import add_chain_args
+    from specagent_ray.planner.chain import add_chain_args
 
     p = argparse.ArgumentParser()
     add_chain_args(p)

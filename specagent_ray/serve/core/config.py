@@ -349,7 +349,7 @@ class AppConfig(Strict):
                                              "and limits (serve/core/tenants.py); none: one tenant per key")
     speculation: SpeculationConfig = Field(SpeculationConfig(), description="how each block's K is chosen: "
                                            "fixed (the session's K), adaptive (from acceptance and engine load) "
-                                           "or a table (serve/sessions/speculation.py)")
+                                           "or a table (serve/sessions/block_sizes.py)")
     meter: MeterConfig | None = Field(None, description="measure GPU-seconds and DRAM bytes per request with NVML "
                                       "on the engines' nodes (docs/serving.md); none: ESTIMATED only")
     chain: ChainConfig = Field(ChainConfig(), description="what a mid engine settles without the strong verifier "

@@ -39,8 +39,8 @@ class LatencyModel(Strict):
 
 
 class SimEngines(Strict):
-    """Simulated weak and strong engines (seeded; see models/simulated.py), as Serve deployments; with
-    ``mid_replicas``, a simulated mid verifier too (``models/gold.py``'s ``mid_judge``): the three-tier chain."""
+    """Simulated weak and strong engines (seeded; see sim/policies.py), as Serve deployments; with
+    ``mid_replicas``, a simulated mid verifier too (``sim/gold.py``'s ``mid_judge``): the three-tier chain."""
 
     kind: Literal["sim"] = "sim"
     drafter_replicas: int = Field(2, ge=1, le=64)
@@ -104,7 +104,7 @@ class OpenAIEngines(Strict):
 
 
 class ScriptedEngines(Strict):
-    """Engines that follow the plan written in each user message (SCRIPTED, ``models/plan.py``): no model
+    """Engines that follow the plan written in each user message (SCRIPTED, ``models/scripted_plan.py``): no model
     runs. For tests, demos and the docs' examples, where a client must decide exactly what the agent does."""
 
     kind: Literal["scripted"] = "scripted"

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ...costs.controller import TokenModel
+from ...control.controller import TokenModel
 
 Kind = Literal["write", "strong", "draft", "prefill"]
 KINDS: tuple[Kind, ...] = ("write", "strong", "draft", "prefill")
@@ -46,7 +46,7 @@ class PriorityConfig(BaseModel):
 
 
 class PriorConfig(BaseModel):
-    """A session's estimates before it has any blocks of its own (``costs/controller.Prior``): rounded from
+    """A session's estimates before it has any blocks of its own (``control/online.Prior``): rounded from
     `bench tau2 --domain airline` (simulated), as `specagent-ray plan`'s defaults are."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -59,7 +59,7 @@ class PriorConfig(BaseModel):
 
 
 class TokensConfig(BaseModel):
-    """The controller's token model (``costs/controller.TokenModel``): prompt tokens are ``system`` plus
+    """The controller's token model (``control/controller.TokenModel``): prompt tokens are ``system`` plus
     ``new`` per committed step; a step decodes ``step``, a verdict ``verdict``. `bench adaptive` prints
     them as fitted on a fixed-K run of the domain."""
 
@@ -77,12 +77,12 @@ class SpeculationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: Literal["fixed", "adaptive", "table"] = "fixed"
-    objective: Literal["latency", "gpu_seconds", "strong_hbm"] = Field(
+    objective: Literal["latency", "gpu_seconds", "strong_hbm", "hbm"] = Field(
         "gpu_seconds", description="what adaptive K minimizes per committed step (ESTIMATED)")
     table: tuple[tuple[float, int], ...] = Field((), description="[[verifier batch upper bound, K], ...], "
                                                  "rising; for mode table")
     review_slack: float = Field(0.03, ge=0, lt=1, description="the extra cost adaptive K pays to review more "
-                                "reads before they commit (costs/controller.py)")
+                                "reads before they commit (control/controller.py)")
     explore_blocks: int = Field(2, ge=0, description="blocks a session drafts before its own estimate may stop "
                                 "it drafting (unless K = 0 wins by explore_margin at the prior)")
     explore_margin: float = Field(0.25, ge=0, lt=1, description="how much cheaper K = 0 must be, at the prior, "
@@ -94,6 +94,12 @@ class SpeculationConfig(BaseModel):
     verifier_replicas: int | None = Field(None, ge=1, description="replicas the sessions share (None: the sim "
                                           "engines' count, else 1)")
     drafter_replicas: int | None = Field(None, ge=1)
+    mid_replicas: int | None = Field(None, ge=1, description="the chain's mid verifier replicas the sessions "
+                                     "share (None: the sim engines' count, else 1)")
+    chain_escalation: float = Field(0.35, ge=0, le=1, description="adaptive, with a mid verifier deployed: the "
+                                    "share of its blocks the mid escalates to the strong verifier, which prices "
+                                    "the chain (bench adaptive measured 0.31 on airline and 0.40 on retail, "
+                                    "SIMULATED; measure yours)")
 
     @model_validator(mode="after")
     def _table(self) -> SpeculationConfig:

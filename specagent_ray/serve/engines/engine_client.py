@@ -66,7 +66,7 @@ async def attempts(what: str, n: int, timeout_s: float, call: Callable[[], Await
 class EngineClient(Protocol):
     """What the coordinator needs of its engines: each session's models, and the batchers' queues. A client
     may also offer ``mid(session, catalog, parallel) -> Verifier | None``, the session's mid verifier (the
-    three-tier chain; None where its engines have no mid); one without it (``models/plan.py``'s) has none."""
+    three-tier chain; None where its engines have no mid); one without it (``models/scripted_plan.py``'s) has none."""
 
     def models(self, session: SessionView, catalog: Catalog, parallel: bool = False
                ) -> tuple[Policy, Policy, Verifier]:

@@ -5,7 +5,7 @@ then each request is answered by the seeded simulated policy or verifier of its 
 keeps one session's models, prefix caches included, for as long as the session is routed to it (the
 coordinator keeps that affinity), like an engine's KV cache. A restarted replica starts cold. A session
 with parallel calls (``SimRequest.parallel``) gets models that draft its independent calls together. A
-mid replica (the three-tier chain) answers verifies only, with the session's mid judge (``models/gold.py``'s
+mid replica (the three-tier chain) answers verifies only, with the session's mid judge (``sim/gold.py``'s
 ``mid_judge`` beside the session's simulated verifier, on the domain's weak error rates).
 """
 
@@ -31,7 +31,7 @@ class SimEngine:
     raised."""
 
     def __init__(self, role: Role, engines: SimEngines, hardware: Any = None):
-        from ...models.gold import SimSettings
+        from ...sim.gold import SimSettings
 
         self.role = role
         self.latency = engines.latency
@@ -48,15 +48,15 @@ class SimEngine:
     def _models(self, r: SimRequest) -> tuple:
         models = self._sessions.get(r.session_id)
         if models is None:
-            from ...benchmarks import benchmark
-            from ...models.gold import SimSettings
+            from ...tasks import benchmark
+            from ...sim.gold import SimSettings
 
             settings = SimSettings.for_domain(r.domain, self.settings.seed)  # the domain's calibration
             if r.parallel:  # a session with parallel calls: independent gold calls, writes too, as one action
                 settings = replace(settings, parallel=True, parallel_writes=True)
             models = benchmark(r.domain).sim_models(r.task_id, r.trial, settings)
             if self.role == "mid":  # its judge in the verifier's place: a mid replica verifies only
-                from ...models.gold import mid_judge
+                from ...sim.gold import mid_judge
 
                 models = (*models[:2], mid_judge(models[2], settings.weak))
             self._sessions[r.session_id] = models

@@ -3,7 +3,7 @@ batch it runs now (continuous batching).
 
 ``latency.model: roofline`` in a sim profile. Each request is priced by its answer's tokens (the simulated
 models' usage, what the session's ledger records); an answer without usage (an error) by the planner's token
-model (``costs/controller.TokenModel``) by its committed steps. A call first prefills its uncached prompt
+model (``control/controller.TokenModel``) by its committed steps. A call first prefills its uncached prompt
 (the roofline of ``planner.call_at_batch``'s prefill: compute or one weight read, plus the collectives),
 then decodes its tokens one pass each, where a pass, shared by every sequence in flight, takes the roofline
 of the replica's current batch: the weights the batch touches (an MoE's grow with the batch) plus every
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...costs.controller import TokenModel
+from ...control.controller import TokenModel
 from ...costs.model import _sum_range, attention_flops_per_context
 from ...costs.planner import CallShape, Engine, decode_weight_bytes
 

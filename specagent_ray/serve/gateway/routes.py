@@ -89,7 +89,33 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
     caps = caps or gateway_caps(cfg)
     app.add_middleware(BodyLimit, caps=caps)
     _publish(app, offer)
+    tenant, operator = _callers(cfg, keys, operators, rates)
+    _answer_errors(app)
+    Tenant = Depends(tenant)
 
+    @app.get("/healthz", operation_id="healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    port = CoordinatorPort(retrying(call, cfg))
+    hub = EventHub(port.call, cfg.events_poll_s, cfg.events_wait_s)  # the event streams' shared polls
+    mount_sessions(app, port, hub, cfg, Tenant, IdempotencyKey, Depends(operator))
+    methods = offer.methods if offer else terms.methods if terms else ()
+    mount_models(app, Tenant, models or ModelTerms(methods, dict(cfg.model_aliases)))
+    if terms is not None:  # the agent wires, over one service (docs/architecture.md, "A request's path")
+        service = AgentService(port, cfg, terms)
+        mount_responses(app, service, Tenant, IdempotencyKey)
+        mount_chat(app, service, Tenant, IdempotencyKey)  # stateless: the session binder finds the session
+        mount_messages(app, service, Tenant, IdempotencyKey)
+    _fit(app, caps)
+    return app
+
+
+def _callers(cfg: GatewayConfig, keys: Callable[[], Mapping[str, str]],
+             operators: Callable[[], frozenset[str]] | None,
+             rates: Callable[[str], tuple[float | None, int | None]] | None) -> tuple[Callable, Callable]:
+    """The gateway's two dependencies on the caller (``make_api``'s arguments): its tenant, and a check
+    that its key is an operator's. Both check the key (401) and take from the tenant's rate (429)."""
     bucket = TokenBucket(cfg.rate_per_s, cfg.burst)
 
     def key_of(request: Request) -> tuple[str, str]:
@@ -116,25 +142,7 @@ def make_api(call: Call, cfg: GatewayConfig, keys: Callable[[], Mapping[str, str
         if operators is not None and not any(hmac.compare_digest(key.encode(), k.encode()) for k in operators()):
             raise Forbidden("the cluster-wide stats are for operator keys (gateway.operator_keys_env)")
 
-    _answer_errors(app)
-    Tenant = Depends(tenant)
-
-    @app.get("/healthz", operation_id="healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    port = CoordinatorPort(retrying(call, cfg))
-    hub = EventHub(port.call, cfg.events_poll_s, cfg.events_wait_s)  # the event streams' shared polls
-    mount_sessions(app, port, hub, cfg, Tenant, IdempotencyKey, Depends(operator))
-    methods = offer.methods if offer else terms.methods if terms else ()
-    mount_models(app, Tenant, models or ModelTerms(methods, dict(cfg.model_aliases)))
-    if terms is not None:  # the agent wires, over one service (docs/architecture.md, "A request's path")
-        service = AgentService(port, cfg, terms)
-        mount_responses(app, service, Tenant, IdempotencyKey)
-        mount_chat(app, service, Tenant, IdempotencyKey)  # stateless: the session binder finds the session
-        mount_messages(app, service, Tenant, IdempotencyKey)
-    _fit(app, caps)
-    return app
+    return tenant, operator
 
 
 def _answer_errors(app: FastAPI) -> None:

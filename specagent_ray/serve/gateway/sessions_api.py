@@ -52,6 +52,13 @@ def mount_sessions(app: FastAPI, port: CoordinatorPort, hub: EventHub, cfg: Gate
                    operator: Any) -> None:
     """Add the sessions API's routes to ``app``; ``tenant``, ``key`` and ``operator`` are the gateway's
     dependencies for the caller's tenant, the Idempotency-Key header and an operator's key."""
+    _mount_inputs(app, port, tenant, key)
+    _mount_reads(app, port, hub, cfg, tenant)
+    _mount_operators(app, port, operator)
+
+
+def _mount_inputs(app: FastAPI, port: CoordinatorPort, tenant: Any, key: Any) -> None:
+    """A session's start and what its client sends it: messages, tool results, approval answers."""
 
     @app.post("/v1/sessions", status_code=201, operation_id="create_session", response_model=None,
               responses=answers(201, 400, 403, 409, 413))
@@ -80,6 +87,10 @@ def mount_sessions(app: FastAPI, port: CoordinatorPort, hub: EventHub, cfg: Gate
         """The answer to an ``approval_request`` event (sessions created with ``approval``): approved, the
         verified write runs, once; denied, it never does. The same answer posted again changes nothing."""
         return await port.post_approval(sid, body, who)
+
+
+def _mount_reads(app: FastAPI, port: CoordinatorPort, hub: EventHub, cfg: GatewayConfig, tenant: Any) -> None:
+    """A session's event stream and trajectory, and its cancel."""
 
     @app.get("/v1/sessions/{sid}/events", response_class=EventStream, operation_id="session_events",
              responses={200: {"model": SessionEvent, "description": "a stream of session events"},
@@ -117,6 +128,10 @@ def mount_sessions(app: FastAPI, port: CoordinatorPort, hub: EventHub, cfg: Gate
     async def cancel(sid: str, who: str = tenant) -> dict[str, Any]:
         """Cancel the session; it stays readable (``GET``) as ``cancelled``. A finished one is left as it is."""
         return await port.cancel(sid, who)
+
+
+def _mount_operators(app: FastAPI, port: CoordinatorPort, operator: Any) -> None:
+    """The operators' cluster-wide ``/v1/stats`` and ``/v1/usage``."""
 
     @app.get("/v1/stats", dependencies=[operator], operation_id="stats", responses=documented(*KEYED, 403))
     async def stats() -> dict[str, Any]:

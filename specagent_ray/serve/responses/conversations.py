@@ -1,6 +1,6 @@
 """The Conversations API's routes on the gateway (``/v1/conversations``): the same keys, tenants, rate
 limits and body cap as the Responses API, errors in OpenAI's shape. Only wiring: the coordinator shard
-that a conversation's id names keeps it (``sessions/conversations.py``, reached through the typed
+that a conversation's id names keeps it (``sessions/conversation_records.py``, reached through the typed
 ``agents.port.CoordinatorPort``).
 
 A conversation's items are those the client added and, for each response run with ``conversation``, that
@@ -104,13 +104,34 @@ def mount_conversations(app: FastAPI, port: CoordinatorPort, tenant: Any, key: A
     """Add the Conversations API's routes to ``app``; answers the store the Responses routes use. A body's
     fields that this server does not know are ignored and named in a header (``strict``: refused), as the
     Responses routes do."""
-    store = ConversationStore(port, outputs)
+    routes = _Routes(ConversationStore(port, outputs), tenant, key, resolve, errors, strict)
+    _mount_conversation(app, routes)
+    _mount_items(app, routes)
+    return routes.store
 
-    def note(body: Any, answer: Response) -> None:
-        answer.headers.update(noticed(ignored(body, strict)))
 
-    async def given(items: list[Any], who: str) -> list[dict[str, Any]]:
-        return [stored_item(i) for i in await resolve(items, who)]
+@dataclass
+class _Routes:
+    """What the Conversations API's routes share: the store, the gateway's dependencies for the caller's
+    tenant and Idempotency-Key, and how a body is read (``mount_conversations``' arguments)."""
+
+    store: ConversationStore
+    tenant: Any
+    key: Any
+    resolve: Resolve
+    errors: Callable[..., dict[int | str, dict[str, Any]]]
+    strict: bool
+
+    def note(self, body: Any, answer: Response) -> None:
+        answer.headers.update(noticed(ignored(body, self.strict)))
+
+    async def given(self, items: list[Any], who: str) -> list[dict[str, Any]]:
+        return [stored_item(i) for i in await self.resolve(items, who)]
+
+
+def _mount_conversation(app: FastAPI, r: _Routes) -> None:
+    """A conversation's create, read, metadata update and delete."""
+    store, tenant, key, errors, note, given = r.store, r.tenant, r.key, r.errors, r.note, r.given
 
     @app.post("/v1/conversations", operation_id="create_conversation",
               responses={200: {"description": "the conversation", "links": LINKS}, **errors(400, 404, 413)})
@@ -118,9 +139,8 @@ def mount_conversations(app: FastAPI, port: CoordinatorPort, tenant: Any, key: A
                                   idempotency_key: str | None = key) -> dict[str, Any]:
         """A conversation, with its first items (context for the responses that use it: nothing runs)."""
         note(body, answer)
-        view = await port.create_conversation(await given(list(body.items or []), who), dict(body.metadata or {}),
-                                              who, idempotency_key)
-        return public(view)
+        items = await given(list(body.items or []), who)
+        return public(await store.port.create_conversation(items, dict(body.metadata or {}), who, idempotency_key))
 
     @app.get("/v1/conversations/{cid}", operation_id="get_conversation", responses=errors(404))
     async def get_conversation(cid: str, who: str = tenant) -> dict[str, Any]:
@@ -138,6 +158,11 @@ def mount_conversations(app: FastAPI, port: CoordinatorPort, tenant: Any, key: A
         """Delete the conversation: 404 for it from now on (the responses it holds stay theirs)."""
         await store.change(cid, "delete", None, who)
         return {"id": cid, "object": "conversation.deleted", "deleted": True}
+
+
+def _mount_items(app: FastAPI, r: _Routes) -> None:
+    """A conversation's items: list, add, read one, delete one."""
+    store, tenant, errors, note, given = r.store, r.tenant, r.errors, r.note, r.given
 
     @app.get("/v1/conversations/{cid}/items", operation_id="list_conversation_items", responses=errors(400, 404))
     async def list_items(cid: str, who: str = tenant, limit: int = Query(20, ge=1, le=100), order: str = LIST_ORDER,
@@ -170,5 +195,3 @@ def mount_conversations(app: FastAPI, port: CoordinatorPort, tenant: Any, key: A
         if item_id not in {i.get("id") for i in await store.history(cid, who)}:
             raise NotFound(f"no item {item_id!r} in conversation {cid}")
         return public(await store.change(cid, "delete_item", item_id, who))
-
-    return store

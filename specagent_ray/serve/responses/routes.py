@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 
 from ..agents.service import AgentService, Started
+from ..agents.terms import Terms
 from ..core.errors import OPENAI_ERROR, RESPONSES
 from .conversations import conversation_of, mount_conversations
 from .flow import Flow
@@ -47,8 +48,17 @@ from .translate import ignored, parse_response_id
 def mount_responses(app: FastAPI, service: AgentService, tenant: Any, key: Any) -> None:
     """Add the Responses API's routes to ``app`` over the agent ``service`` (its terms are the server's);
     ``tenant`` and ``key`` are the gateway's dependencies for the caller and the Idempotency-Key header."""
-    terms = service.terms
+    _publish_schemas(app, service.terms)
+    _answer_invalid(app)
+    flow = Flow(service)
+    flow.conversations = mount_conversations(app, service.port, tenant, key, flow.output_of, flow.resolve, errors,
+                                             service.terms.strict)
+    _mount_create(app, service, flow, tenant, key)
+    _mount_reads(app, service, flow, tenant)
 
+
+def _publish_schemas(app: FastAPI, terms: Terms) -> None:
+    """Make ``app.openapi()`` publish OpenAI's error body and this server's ``ResponseCreate`` (its terms)."""
     default_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -60,6 +70,10 @@ def mount_responses(app: FastAPI, service: AgentService, tenant: Any, key: Any) 
 
     app.openapi = openapi  # type: ignore[method-assign]
 
+
+def _answer_invalid(app: FastAPI) -> None:
+    """A body that does not parse: 400 in OpenAI's shape on the Responses API's paths, FastAPI's 422 elsewhere."""
+
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
         """A Responses API body that does not parse is a 400 naming the field, as OpenAI answers it (a
@@ -70,9 +84,10 @@ def mount_responses(app: FastAPI, service: AgentService, tenant: Any, key: Any) 
         where = ".".join(str(p) for p in first["loc"] if p != "body")
         return error_response(request, 400, f"{where}: {first['msg']}", param=where or None, code="invalid_value")
 
-    flow = Flow(service)
-    flow.conversations = mount_conversations(app, service.port, tenant, key, flow.output_of, flow.resolve, errors,
-                                             terms.strict)
+
+def _mount_create(app: FastAPI, service: AgentService, flow: Flow, tenant: Any, key: Any) -> None:
+    """``POST /v1/responses`` (a turn) and ``POST /v1/responses/input_tokens`` (a count, nothing runs)."""
+    terms = service.terms
 
     @app.post("/v1/responses", operation_id="create_response", response_model=None,
               responses={200: {"description": "the response (a JSON object), or its events (stream: true)",
@@ -113,6 +128,10 @@ def mount_responses(app: FastAPI, service: AgentService, tenant: Any, key: Any) 
         if isinstance(body.input, list):
             body = body.model_copy(update={"input": await flow.resolve(list(body.input), who)})
         return {"object": "response.input_tokens", **await terms.counter.count_prompt(rendered(body, history))}
+
+
+def _mount_reads(app: FastAPI, service: AgentService, flow: Flow, tenant: Any) -> None:
+    """A response's read (or its events), cancel, delete, and its input items."""
 
     @app.get("/v1/responses/{rid:rid}", operation_id="get_response", response_model=None,
              responses={200: {"description": "the response, or its events (stream=true)",

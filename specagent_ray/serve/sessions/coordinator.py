@@ -36,7 +36,7 @@ from ..log.session_log import SessionLog
 from ..toolhost.sources import ToolSources
 from ..toolhost.tool_host import ToolHostClient
 from .admission import LOCAL, Admission
-from .conversations import Conversations
+from .conversation_records import Conversations
 from .event_polls import events_many
 from .meter_spans import MeterLink
 from .reports import Metrics, shard_stats, shard_usage, trajectory_report
@@ -44,8 +44,7 @@ from .resume import resume
 from .runner import SessionRunner
 from .session import FINISHED, Session, summary
 from .shards import session_id
-from .turn_taking import answer_approval, take_turn
-from .turns import ApprovalPost, TurnPost
+from .turns import ApprovalPost, TurnPost, answer_approval, take_turn
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +163,7 @@ class Coordinator:
         """The next turn (``turns.py``), answered once stored with its number and where its records begin
         (and, ``wait_s``, its records once the agent's turn ended); a repeat records nothing."""
         s = self._get(sid, owner)
-        n = s.turns.repeat(post, idempotency_key, s.approvals)
-        if n is None:
-            n = take_turn(self._live(sid, owner), post, idempotency_key, self.cfg.coordinator.inbox_limit)
+        n = take_turn(s, post, idempotency_key, self.cfg.coordinator.inbox_limit)  # 409 if s ended, unless a repeat
         await self.commits.stored()
         turn = await s.wait_events(s.turns.starts[n], wait_s, whole_turn=True) if wait_s else {}
         return {**summary(s), "turn": n, "start": s.turns.starts[n], **turn}
@@ -219,8 +216,7 @@ class Coordinator:
                        f"{self.cfg.coordinator.retain_finished})")
 
     def _live(self, sid: str, owner: str) -> Session:
-        if (s := self._get(sid, owner)).status in FINISHED:
-            raise Conflict(f"session {sid} is {s.status}; it takes no more input")
+        (s := self._get(sid, owner)).takes_input()
         return s
 
     # -- sessions -----------------------------------------------------------------------------------------

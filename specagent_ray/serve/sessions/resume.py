@@ -14,7 +14,7 @@ from ..log.records import Resumed
 from ..log.recovery import Recovery, created_record
 from ..toolhost.sources import ToolSources
 from .admission import Admission
-from .conversations import Conversations, is_conversation
+from .conversation_records import Conversations, is_conversation
 from .session import FINISHED, Session
 
 

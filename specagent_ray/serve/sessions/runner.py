@@ -21,7 +21,7 @@ from typing import Any
 
 from ...models.backend import BackendError
 from ...models.structured import MessageFormat
-from ...models.users import GREETING
+from ...models.tau2_user import GREETING
 from ...protocol.baselines import METHODS
 from ...protocol.interfaces import EngineUnavailable, Verifier
 from ...protocol.runtime import Parts, SpecConfig
@@ -34,10 +34,10 @@ from ..log.records import AgentMessage, Final, Opening, ToolResultRecord, UserMe
 from ..log.session_log import SessionLog
 from ..log.wire import observation_dict
 from ..toolhost.tool_host import ToolHostClient
+from .block_sizes import BlockSizes, engine_load, mid_replicas, replicas
 from .patience import end_stored, intent_stored, tool_host_call
 from .session import IdleTimeout, Session
-from .speculation import BlockSizes, engine_load, replicas
-from .turn_taking import approved
+from .turns import approved
 
 log = logging.getLogger(__name__)
 CHAIN_METHODS = ("specagent",)  # the methods a mid engine reviews for (specagent-exact's judge is the strong one's)
@@ -158,11 +158,11 @@ def user_for(s: Session, engines: Any, env: Mapping[str, str], run_user: Any = N
     if s.request.user == "client":
         return ClientUser(s)
     if s.request.user == "simulated":
-        from ...benchmarks import benchmark
+        from ...tasks import benchmark
 
         return TimedUser(s, benchmark(s.domain).scripted_user(s.task, s.steps, run_user))
     from ...models.backend import ChatEndpoint
-    from ...models.users import Tau2User
+    from ...models.tau2_user import Tau2User
 
     who = engines.user or engines.verifier
     key = env.get(who.api_key_env, "EMPTY") if who.api_key_env else "EMPTY"
@@ -180,7 +180,8 @@ class SessionRunner:
         self.durable = durable or log.durable  # the coordinator's group commit (``intent_stored`` waits on it)
         reps = replicas(cfg.speculation, cfg.engines)
         self.block_sizes = BlockSizes(cfg.speculation, cfg.hardware, cfg.defaults.k,
-                                      engine_load(engines.priority, running, cfg.coordinators, reps), reps)
+                                      engine_load(engines.priority, running, cfg.coordinators, reps), reps,
+                                      mid_replicas(cfg.speculation, cfg.engines))
 
     async def intent_stored(self) -> None:
         """A write's intent, stored: a paused log delays the write, never fails it (``patience.py``)."""
@@ -209,7 +210,7 @@ class SessionRunner:
 
     def mid(self, s: Session, catalog: Catalog) -> Verifier | None:
         """The session's mid verifier (the three-tier chain): the engine client's, for a chain method; None
-        where the engines have none (an engine client without ``mid``, ``models/plan.py``'s, has none)."""
+        where the engines have none (an engine client without ``mid``, ``models/scripted_plan.py``'s, has none)."""
         mid = getattr(self.engines, "mid", None)
         if mid is None or (s.request.method or self.cfg.defaults.method) not in CHAIN_METHODS:
             return None

@@ -20,8 +20,6 @@ from ...protocol.types import Action, ActionKind, Effect, Event, Observation, St
 from ..core.api import CreateSession
 from ..core.errors import BadRequest, Conflict, NotFound, Overloaded
 from ..log.records import (
-    ApprovalAnswer,
-    ApprovalRequest,
     Commit,
     Deleted,
     Final,
@@ -33,7 +31,6 @@ from ..log.records import (
     Result,
     ToolCallPending,
     ToolResultPosted,
-    Turn,
     UserMessageRecord,
     parse,
     written,
@@ -297,34 +294,23 @@ class Session:
                 case ToolResultPosted(call_id=call_id, observation=obs):
                     self.pending_calls.pop(call_id, None)
                     self.posted[call_id] = observation_from(obs.model_dump())
-                    self._restore_turn(rec)
-                case _:
-                    self._restore_turn(rec)
+                    self.turns.restore(rec, len(self.events) - 1, self.approvals)
+                case Deleted():
+                    self.deleted = True
+                case _:  # turns and approvals
+                    self.turns.restore(rec, len(self.events) - 1, self.approvals)
         self._calls_logged, self.recorded = len(self.ledger.calls), len(self.events)
         if self.request.user == "client" and self.status not in FINISHED:
             answered = sum(1 for x in self.steps if x.action.kind is ActionKind.MESSAGE)
             for message in posted[answered:]:
                 self.inbox.put_nowait(message)
 
-    # -- the client's messages and tools --------------------------------------------------------------
+    # -- the client's messages and tools (its turns: ``turns.py``) -------------------------------------
 
-
-    def _restore_turn(self, rec: Record) -> None:
-        """Replay a record of turns, approvals or deletion into ``s`` (``restore``)."""
-        match rec:
-            case Turn(n=n, idempotency_key=key):
-                self.turns.count, self.turns.starts[n] = n + 1, len(self.events) - 1  # restore appended it already
-                self.turns.ended = False
-                if key is not None:
-                    self.turns.keys[key] = n
-            case ToolResultPosted(call_id=call_id):
-                self.turns.took[f"call:{call_id}"] = self.turns.count - 1
-            case ApprovalRequest() | ApprovalAnswer():
-                self.approvals.restore(rec)
-                if isinstance(rec, ApprovalAnswer):
-                    self.turns.took[f"approval:{rec.id}"] = self.turns.count - 1
-            case Deleted():
-                self.deleted = True
+    def takes_input(self) -> None:
+        """409 once the session has ended: it takes no more input."""
+        if self.status in FINISHED:
+            raise Conflict(f"session {self.id} is {self.status}; it takes no more input")
 
     def repeated_message(self, key: str | None, text: str, stop: bool) -> bool:
         """True if ``key`` already posted this message (409 if it posted another)."""

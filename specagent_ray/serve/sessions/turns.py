@@ -1,8 +1,12 @@
-"""A session's turns (the Responses API's responses) and the client's approvals of verified writes.
+"""A session's turns (the Responses API's responses) and the client's approvals of verified writes: their
+state, and the behaviour that changes it (``take_turn``, ``answer_approval``, ``approved``).
 
-Both are state of the one ``Session``; the Responses API (``responses/translate.py``) only translates. A turn is
-what the client sends between two ends of the agent's turn: turn 0 starts at ``created``, each later one
-at its ``turn`` record, followed by its inputs (user messages, client tool results, approval answers).
+Both are state of the one ``Session`` (``session.py``), which holds them; this module reaches the session
+only through ``SessionSide``, and nothing it calls there calls back into it, so a turn's path goes one way:
+coordinator -> turns -> session (the session enters this module on its own paths only: a commit consumes
+approvals, a replay restores turns). The Responses API (``responses/translate.py``) only translates. A turn is what the
+client sends between two ends of the agent's turn: turn 0 starts at ``created``, each later one at its
+``turn`` record, followed by its inputs (user messages, client tool results, approval answers).
 
 Guarantees:
 - a turn continues only the latest one (409 otherwise), and takes only inputs the session waits for:
@@ -15,22 +19,23 @@ Guarantees:
   with its Idempotency-Key) answer with the turn that took them and record nothing: a write runs once;
 - an approval request is asked once per verified write; a restart that re-proposes the same write finds
   the same open request (and its answer, if the client gave one), so the id the client holds stays good;
-- a denied write never runs: ``turn_taking.approved()`` answers False and the session tells the agent so.
+- a denied write never runs: ``approved()`` answers False and the session tells the agent so.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from pydantic import Field, StrictBool
 
-from ...protocol.types import ToolCall
+from ...protocol.types import Observation, ToolCall
 from ..core.api import Body, ToolResult, UserMessage
-from ..core.errors import BadRequest, Conflict, NotFound
-from ..log.records import ApprovalAnswer, ApprovalRequest, TurnMeta
+from ..core.errors import BadRequest, Conflict, NotFound, Overloaded
+from ..log.records import ApprovalAnswer, ApprovalRequest, Record, ToolResultPosted, Turn, TurnMeta
 
 ENDS_TURN = ("agent_message", "tool_call_pending", "approval_request")  # records after which the client acts
 
@@ -169,6 +174,20 @@ class Turns:
         if ident is not None:
             self.took[ident] = n
 
+    def restore(self, rec: Record, seq: int, approvals: Approvals) -> None:
+        """Replay a record of turns or approvals (``Session.restore``); ``seq``: its place in the session's events."""
+        match rec:
+            case Turn(n=n, idempotency_key=key):
+                self.count, self.starts[n], self.ended = n + 1, seq, False
+                if key is not None:
+                    self.keys[key] = n
+            case ToolResultPosted(call_id=call_id):
+                self.took[f"call:{call_id}"] = self.count - 1
+            case ApprovalRequest() | ApprovalAnswer():
+                approvals.restore(rec)
+                if isinstance(rec, ApprovalAnswer):
+                    self.took[f"approval:{rec.id}"] = self.count - 1
+
 
 def identity(item: UserMessage | ToolResult | ApprovalPost) -> str | None:
     """What makes an input the same input when posted twice; None for messages (two may be alike)."""
@@ -177,3 +196,88 @@ def identity(item: UserMessage | ToolResult | ApprovalPost) -> str | None:
     if isinstance(item, ApprovalPost):
         return f"approval:{item.approval_request_id}"
     return None
+
+
+class SessionSide(Protocol):
+    """A session as its turns and approvals see it: ``session.Session``, which holds them (so this module does
+    not import it). They read its state and write through its methods; none of those calls back into here."""
+
+    id: str
+    status: str
+    recorded: int
+    request: Any
+    inbox: asyncio.Queue
+    pending_calls: dict[str, asyncio.Future]
+    turns: Turns
+    approvals: Approvals
+
+    def record(self, rec: Record) -> None: ...
+    def takes_input(self) -> None: ...
+    def post_message(self, text: str, stop: bool, key: str | None, inbox_limit: int) -> None: ...
+    def deliver_tool_result(self, call_id: str, observation: Observation) -> None: ...
+    def flush_calls(self) -> None: ...
+    def outside(self) -> AbstractContextManager[None]: ...
+    async def from_client(self, waited: Awaitable[Any], what: str) -> Any: ...
+
+
+def take_turn(s: SessionSide, post: TurnPost, key: str | None, inbox_limit: int) -> int:
+    """The turn that takes ``post``; returns its number. A repeat (its ``key``, or every input it carries, was
+    taken before) answers with the turn that took it and records nothing. Otherwise ``s``'s next turn is
+    recorded and takes its inputs, each checked before anything is recorded: 409 for a session that ended
+    or whose agent's turn goes on, or a message to a session whose user is not the client; 404 for a tool
+    call or approval request that is not open; 429 past ``inbox_limit`` unanswered messages."""
+    n = s.turns.repeat(post, key, s.approvals)
+    if n is not None:
+        return n
+    s.takes_input()
+    if not s.turns.ended:  # nothing the agent did since the latest turn began has ended its turn yet
+        raise Conflict(f"response {s.turns.count - 1} of this conversation is still in progress")
+    messages = sum(isinstance(item, UserMessage) for item in post.inputs)
+    if messages and s.request.user != "client":
+        raise Conflict(f"session {s.id}'s user is {s.request.user!r}; it takes no messages")
+    if s.inbox.qsize() + messages > inbox_limit:
+        raise Overloaded(f"session {s.id} would hold over {inbox_limit} unanswered messages, its limit", 1)
+    for item in post.inputs:
+        if isinstance(item, ToolResult) and item.call_id not in s.pending_calls:
+            raise NotFound(f"no pending function call {item.call_id!r} in this conversation")
+        if isinstance(item, ApprovalPost) and item.approval_request_id not in s.approvals.items:
+            raise NotFound(f"no approval request {item.approval_request_id!r} in this conversation")
+    n = s.turns.begin(post, key, s.approvals)
+    s.turns.starts[n] = s.recorded
+    s.record(Turn(n=n, meta=post.meta, idempotency_key=key))
+    for item in post.inputs:
+        s.turns.took_input(item, n)
+        if isinstance(item, UserMessage):
+            s.post_message(item.text, item.stop, None, inbox_limit)
+        elif isinstance(item, ToolResult):
+            s.deliver_tool_result(item.call_id, Observation(item.content, error=item.error))
+        else:
+            answer_approval(s, item)
+    return n
+
+
+def answer_approval(s: SessionSide, post: ApprovalPost) -> None:
+    """Record the client's answer to an open approval request of ``s`` (a repeat records nothing)."""
+    answer = s.approvals.answer(post)
+    if answer is not None:
+        s.record(answer)
+
+
+async def approved(s: SessionSide, call: ToolCall) -> tuple[bool, str | None]:
+    """Ask the client to approve a write of ``s`` that the verifier accepted, once per write (also across
+    a restart), and wait for the answer: (approved, the client's reason)."""
+    a = s.approvals.open_for(call)
+    if a is None:
+        a, request = s.approvals.new(call)
+        s.flush_calls()
+        s.record(request)
+    if a.approve is None:
+        a.answered = asyncio.get_running_loop().create_future()
+        s.status = "waiting_approval"
+        try:
+            with s.outside():
+                await s.from_client(a.answered, f"answer to approval request {a.id}")
+        finally:
+            if s.status == "waiting_approval":
+                s.status = "running"
+    return bool(a.approve), a.reason

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 
 def benchmark_name(source: Any) -> str:
-    """The benchmark a tool source serves (``benchmarks.benchmark`` loads it): a tau2 domain,
+    """The benchmark a tool source serves (``tasks.benchmark`` loads it): a tau2 domain,
     ``bfcl-<category>``, or '' for a source that is no benchmark."""
     if isinstance(source, BfclSource):
         return f"bfcl-{source.category}"
@@ -120,7 +120,7 @@ class ToolSources:
     @staticmethod
     def grade(s: FinishedSession) -> float:
         """The benchmark's own reward for a finished session (blocking: run it in a thread)."""
-        from ...benchmarks import benchmark
+        from ...tasks import benchmark
 
         trajectory = Trajectory(History(s.task, tuple(s.steps)), Termination(s.termination))
         return benchmark(s.domain).grade(s.task, trajectory)
@@ -145,7 +145,7 @@ class ToolSources:
             raise BadRequest(f"task_id {req.task_id!r} is not a {source.domain} task "
                              f"({len(domain.tasks)} tasks, e.g. {', '.join(list(domain.tasks)[:3])})")
         if req.user == "simulated":
-            from ...benchmarks import benchmark
+            from ...tasks import benchmark
 
             return benchmark(source.domain).task(req.task_id)  # the scripted customer's opening
         return Task(req.task_id, req.message or "", domain.tasks[req.task_id])  # a tau2 user speaks first in the runner

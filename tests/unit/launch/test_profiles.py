@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import yaml
 
-from specagent_ray.launch.profiles import PROFILES, load_profile, profile_path, validate_args
+from specagent_ray.launch.deployment_profiles import PROFILES, load_profile, profile_path, validate_args
 
 # Found, not imported: importing ray.serve.llm takes seconds, in every xdist worker at collection.
 if importlib.util.find_spec("ray.serve.llm") is None:
@@ -178,7 +178,7 @@ def test_the_cpu_engine_kwargs_have_one_home():
 
 
 def test_a_moved_port_moves_only_this_clusters_own_urls():
-    from specagent_ray.launch.profiles import moved
+    from specagent_ray.launch.deployment_profiles import moved
 
     assert moved("http://127.0.0.1:8000/engines/v1", 8000, 9100) == "http://127.0.0.1:9100/engines/v1"
     assert moved("http://localhost:8000/v1", 8000, 9100) == "http://localhost:9100/v1"

@@ -13,9 +13,10 @@ import tracemalloc
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from specagent_ray.bench.binder import binder_cost, history_chars, realistic_history
+from specagent_ray.bench.served.binder_cost import binder_cost, history_chars, realistic_history
 from specagent_ray.serve.agents.binder import Binding, SessionBinder
 from specagent_ray.serve.agents.canon import assistant, call, fingerprint, result, system, user
+from specagent_ray.testing.examples import examples
 
 SID = "0-0123456789abcdef"
 
@@ -171,7 +172,8 @@ def changed(items: list[tuple[str, ...]], data: st.DataObject) -> list[tuple[str
     return out
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(items=st.lists(ITEM, max_size=8), owner=st.text(max_size=6), data=st.data())
 def test_a_remembered_transcript_is_found_and_any_single_item_change_misses(items, owner, data):
     binder = SessionBinder(per_tenant=8, total=16)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specagent_ray.launch.profiles import OURS, load_profile
+from specagent_ray.launch.deployment_profiles import OURS, load_profile
 from specagent_ray.serve.app import GRPC_MAX_MESSAGE_BYTES, build_app
 
 

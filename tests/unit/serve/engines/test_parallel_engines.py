@@ -14,7 +14,7 @@ import pytest
 
 from specagent_ray.costs.ledger import Ledger
 from specagent_ray.models.backend import Completion
-from specagent_ray.models.gold import SimSettings
+from specagent_ray.sim.gold import SimSettings
 from specagent_ray.protocol.types import Effect, History, Task, Usage
 from specagent_ray.serve.core.catalog import Catalog
 from specagent_ray.serve.core.config import (
@@ -56,7 +56,7 @@ async def test_the_sim_engine_builds_a_parallel_sessions_models_with_parallel_ca
             seen.append(settings)
             return ("weak", "strong", "judge")
 
-    monkeypatch.setattr("specagent_ray.benchmarks.benchmark", lambda domain: Bench())
+    monkeypatch.setattr("specagent_ray.tasks.benchmark", lambda domain: Bench())
     engine = sim_engine.SimEngine("drafter", SimEngines())
     engine._models(SimRequest("s1", "airline", "0", 0, (), parallel=parallel))
     assert (seen[0].parallel, seen[0].parallel_writes) == (parallel, True)

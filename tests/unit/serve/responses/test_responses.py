@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from specagent_ray.models.plan import PlanPolicy, PlanVerifier, parse_plan
+from specagent_ray.models.scripted_plan import PlanPolicy, PlanVerifier, parse_plan
 from specagent_ray.protocol.types import (
     Action,
     Effect,

@@ -1,5 +1,5 @@
 """Structured outputs through the official OpenAI SDK: ``responses.parse(text_format=Model)`` against the real
-gateway and coordinator in process, on the scripted engines (``models/plan.py``). The SDK sends the model's
+gateway and coordinator in process, on the scripted engines (``models/scripted_plan.py``). The SDK sends the model's
 strict JSON schema as ``text.format``; the agent's final message must be JSON the SDK parses into that model.
 A plan's ``say`` whose words the schema refuses is drafted, refused and repaired with a message it accepts."""
 

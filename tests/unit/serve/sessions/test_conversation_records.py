@@ -1,11 +1,11 @@
-"""``serve/sessions/conversations.py``: a conversation is a function of its records; a repeat writes nothing twice."""
+"""``serve/sessions/conversation_records.py``: a conversation is a function of its records; a repeat writes nothing twice."""
 
 from __future__ import annotations
 
 import pytest
 
 from specagent_ray.serve.core.errors import BadRequest, NotFound, ServiceUnavailable
-from specagent_ray.serve.sessions.conversations import Conversations
+from specagent_ray.serve.sessions.conversation_records import Conversations
 
 
 def shard(log: list, fenced: list | None = None) -> Conversations:

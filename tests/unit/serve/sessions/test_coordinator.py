@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from specagent_ray.costs.controller import Load
+from specagent_ray.control.controller import Load
 from specagent_ray.costs.hardware import Hardware
 from specagent_ray.serve.core.api import ClientTool, CreateSession, ToolResult, UserMessage
 from specagent_ray.serve.core.config import AppConfig, ClientSource, CoordinatorConfig, LatencyModel, SimEngines
@@ -530,7 +530,7 @@ async def test_telecom_users_never_run_a_call_twice_across_a_coordinator_crash(t
     assert all(coord.sessions[s].status == "done" for s in sids)
     user_keys = {k: n for k, n in cluster.tools.write_executions.items() if k.split(":")[-1].startswith("u")}
     assert user_keys and max(user_keys.values()) == 1
-    from specagent_ray.models.gold import user_requests
+    from specagent_ray.sim.gold import user_requests
 
     for sid, task in zip(sids, tasks):  # nor again under a new key: at most the calls the task asks for
         assert sum(k.startswith(sid + ":") for k in user_keys) <= len(user_requests(telecom, task))
@@ -744,7 +744,7 @@ def test_the_sessions_of_one_coordinator_choose_k_apart():
         Step,
         Task,
     )
-    from specagent_ray.serve.sessions.speculation import BlockSizes
+    from specagent_ray.serve.sessions.block_sizes import BlockSizes
 
     sizes = BlockSizes(SpeculationConfig(mode="adaptive"), config().hardware, 6, lambda: Load(1))
     good, bad = sizes.for_session(), sizes.for_session()
@@ -763,7 +763,7 @@ def test_the_sessions_of_one_coordinator_choose_k_apart():
 
 def test_the_load_counts_every_shards_sessions_and_requests_per_replica():
     from specagent_ray.serve.engines.priority import ProgramPriority
-    from specagent_ray.serve.sessions.speculation import engine_load
+    from specagent_ray.serve.sessions.block_sizes import engine_load
 
     priority = ProgramPriority()
     priority.in_flight.update(strong=6, weak=3)

@@ -34,8 +34,7 @@ from specagent_ray.serve.responses.items import output_items, status_of
 from specagent_ray.serve.sessions.coordinator import Coordinator
 from specagent_ray.serve.sessions.runner import SessionTools
 from specagent_ray.serve.sessions.session import Session
-from specagent_ray.serve.sessions.turn_taking import take_turn
-from specagent_ray.serve.sessions.turns import TurnPost
+from specagent_ray.serve.sessions.turns import TurnPost, take_turn
 from specagent_ray.testing.served import FAST, finished, sim_coordinator
 from specagent_ray.tools.scripted import object_schema
 

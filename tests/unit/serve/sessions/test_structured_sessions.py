@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from specagent_ray.models.plan import PlanEngineClient
+from specagent_ray.models.scripted_plan import PlanEngineClient
 from specagent_ray.models.scripted import ScriptedPolicy, ScriptedVerifier
 from specagent_ray.models.structured import MessageFormat
 from specagent_ray.protocol import Action, Parts, SpecConfig, Task, run_specagent
@@ -29,7 +29,12 @@ from specagent_ray.storage.local import LocalStore
 WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "celsius", "sky"],
            "properties": {"city": {"type": "string"}, "celsius": {"type": "integer", "minimum": -40},
                           "sky": {"type": "string", "enum": ["clear", "cloudy"]}}}
-FORMAT = OutputFormat.model_validate({"type": "json_schema", "name": "weather", "schema": WEATHER, "strict": True})
+
+
+def weather_format() -> OutputFormat:
+    """Validated when a test runs, not at collection: validating compiles the schema with xgrammar, whose
+    import (torch and transformers) costs about 2 s in every xdist worker."""
+    return OutputFormat.model_validate({"type": "json_schema", "name": "weather", "schema": WEATHER, "strict": True})
 
 
 def scripted_coordinator(tmp_path) -> Coordinator:
@@ -54,7 +59,7 @@ async def test_a_scripted_sessions_final_message_is_one_the_clients_schema_accep
     coord = scripted_coordinator(tmp_path)
     await coord.start()
     sid = (await coord.create(CreateSession(tool_source="app", message=opening, method=method,
-                                            output_format=FORMAT)))["session_id"]
+                                            output_format=weather_format())))["session_id"]
     text, events = await first_message(coord, sid)
     assert MessageFormat(WEATHER).check(text) is None, text
     json.loads(text)
@@ -101,7 +106,7 @@ GOOD = '{"city":"Oslo","celsius":3,"sky":"cloudy"}'
 
 @pytest.mark.parametrize("bad", ["It is cloudy in Oslo.", '{"city": "Oslo"}', '["Oslo", 3]'])
 async def test_a_drafted_final_message_the_schema_refuses_is_never_sent_and_the_strong_model_repairs_it(bad):
-    request = CreateSession(tool_source="app", message="hi", output_format=FORMAT)
+    request = CreateSession(tool_source="app", message="hi", output_format=weather_format())
     s = await run_drafts(request, [Action.message(bad)], [Action.message(GOOD)])
     assert s.heard == [GOOD]  # type: ignore[attr-defined]
     kinds = [(e.kind, e.detail) for e in s.trajectory.events]  # type: ignore[attr-defined]
@@ -131,7 +136,7 @@ async def test_simulated_engines_refuse_an_output_format_and_say_why(tmp_path):
                     coordinator=CoordinatorConfig(lease_s=1.0, lease_skew_s=0.05))
     coord = sim_coordinator(tmp_path / "log", cfg)
     await coord.start()
-    req = CreateSession(tool_source="airline", task_id="0", user="simulated", output_format=FORMAT)
+    req = CreateSession(tool_source="airline", task_id="0", user="simulated", output_format=weather_format())
     try:
         sid = (await coord.create(req))["session_id"]
     except BadRequest as exc:

@@ -1,0 +1,1 @@
+"""The agent-aware engine features (prefill ahead, priority), each off then on, on real vLLM engines."""
