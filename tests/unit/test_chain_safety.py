@@ -14,6 +14,7 @@ from specagent_ray.protocol import METHODS, Action, Effect, MalformedOutput, Par
 from specagent_ray.protocol.interfaces import EngineUnavailable
 from specagent_ray.protocol.review import ChainRule
 from specagent_ray.protocol.types import Review, ToolCall, Usage
+from specagent_ray.testing.examples import examples
 from specagent_ray.tools.scripted import InMemoryTools, ToolSpec, object_schema
 
 LOOKUP = Action.tool("lookup", id="a")
@@ -173,7 +174,7 @@ class Recording(ScriptedVerifier):
         return out
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mid=st.lists(MID, max_size=5), verdicts=st.lists(STRONG_VERDICT, max_size=5),
        settles=st.sets(st.sampled_from([Tier.WRITE, Tier.CRITICAL])), below=st.floats(0, 1),
        strong=st.lists(st.sampled_from(sorted(STRONG_STEP)), max_size=6))

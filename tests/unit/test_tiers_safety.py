@@ -14,6 +14,7 @@ from specagent_ray.protocol import METHODS, Action, Effect, MalformedOutput, Par
 from specagent_ray.protocol.interfaces import EngineUnavailable, TieredTools
 from specagent_ray.protocol.review import CriticalCheck
 from specagent_ray.protocol.types import ToolCall
+from specagent_ray.testing.examples import examples
 from specagent_ray.tools.scripted import InMemoryTools, ToolSpec, object_schema
 
 LOOKUP = Action.tool("lookup", id="a")
@@ -201,7 +202,7 @@ class Referee(TieredInMemory):
         return await super().execute(call)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(verdicts=st.lists(VERDICT, max_size=4), answers=st.lists(ANSWER, max_size=4),
        mode=st.sampled_from(["agree", "verdicts"]))
 async def test_every_weak_critical_call_that_ran_was_accepted_by_a_verdict_and_confirmed(verdicts, answers, mode):
