@@ -7,8 +7,9 @@ the gateway to its final event. Only the bits that belong to the pod, not to thi
 the HTTP host and port (loopback and a free port instead of 0.0.0.0:8000 on a shared machine) and the
 session log folder (a temp dir instead of the worker's working directory).
 
-Teardown stops only this test's Ray processes (the `ray start --block` process tree, and anything
-carrying this test's temp dir): `ray stop` would stop every Ray instance on the machine.
+Teardown stops only this test's Ray processes (``specagent_ray.testing.ray_cluster.stop_head``: the
+`ray start --block` process tree, and anything carrying this test's temp dir): `ray stop` would stop every
+Ray instance on the machine.
 Run it under `flock /tmp/specagent-ray.lock` on shared machines.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,10 +29,10 @@ import pytest
 import yaml
 
 pytest.importorskip("ray")
-import psutil
-
 from specagent_ray.launch.client import GatewayClient
 from specagent_ray.ports import free_port
+from specagent_ray.testing import ray_cluster
+from specagent_ray.testing.ray_cluster import Head, ray_env, stop_head
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 REPO = Path(__file__).resolve().parents[2]
@@ -51,29 +51,11 @@ def rendered_serve_config(out: Path) -> dict:
     return yaml.safe_load(service["spec"]["serveConfigV2"])
 
 
-def ray_env() -> dict[str, str]:
-    """No address from the caller's shell; token auth off explicitly (Ray 2.60 turns it on when a token
-    file exists in ~/.ray, and the CLI and the head must agree): a loopback-only test cluster."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return {**env, "RAY_AUTH_MODE": "disabled"}
-
-
-def start_head(temp_dir: str) -> tuple[subprocess.Popen, int]:
-    dashboard = free_port()
-    ports = {"--port": free_port(), "--dashboard-port": dashboard, "--ray-client-server-port": free_port(),
-             "--dashboard-agent-listen-port": free_port(), "--dashboard-agent-grpc-port": free_port(),
-             "--runtime-env-agent-port": free_port(), "--metrics-export-port": free_port(),
-             "--node-manager-port": free_port(), "--object-manager-port": free_port()}
-    cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "8",
-           "--include-dashboard", "true", "--dashboard-host", "127.0.0.1", "--temp-dir", temp_dir,
-           "--object-store-memory", "100000000", "--disable-usage-stats",
-           # the pod's cpu group offers this resource; the serve config pins the app's deployments to it
-           "--resources", '{"specagent_app": 1000}',
-           *[str(x) for kv in ports.items() for x in kv]]
-    env = ray_env()
-    log = open(Path(temp_dir) / "ray-start.log", "w")  # noqa: SIM115 (closed with the process)
-    proc = subprocess.Popen(cmd, cwd=temp_dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return proc, dashboard
+def start_head(temp_dir: str) -> Head:
+    """Dashboard on (``serve deploy`` talks to it), and the resource the pod's cpu group offers: the serve
+    config pins the app's deployments to it."""
+    return ray_cluster.start_head(temp_dir, num_cpus=8, dashboard=True, resources={"specagent_app": 1000},
+                                  extra_args=("--object-store-memory", "100000000"))
 
 
 def wait_for(what: str, check, timeout_s: float, proc: subprocess.Popen) -> None:
@@ -88,27 +70,6 @@ def wait_for(what: str, check, timeout_s: float, proc: subprocess.Popen) -> None
             last = exc
         time.sleep(1)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last error: {last!r})")
-
-
-def stop_head(proc: subprocess.Popen, temp_dir: str) -> None:
-    """SIGTERM the `ray start --block` tree (it stops what it started), then kill what is left of it."""
-    try:
-        tree = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        tree = []
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
-    strays = [p for p in psutil.process_iter(["cmdline"]) if temp_dir in " ".join(p.info["cmdline"] or [])]
-    for p in {*tree, *strays}:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs([*tree, *strays], timeout=10)
 
 
 async def one_session(url: str) -> list[dict]:
@@ -130,9 +91,10 @@ def test_cpu_dev_serve_config_deploys_and_serves_a_session():
         deploy_file = Path(temp_dir) / "serveConfigV2.yaml"
         deploy_file.write_text(yaml.safe_dump(config, sort_keys=False))
 
-        proc, dashboard = start_head(temp_dir)
+        head = start_head(temp_dir)
+        proc = head.proc
         try:
-            dash = f"http://127.0.0.1:{dashboard}"
+            dash = f"http://127.0.0.1:{head.dashboard_port}"
             wait_for("the dashboard", lambda: "success" in httpx.get(f"{dash}/api/gcs_healthz", timeout=5).text,
                      90, proc)
             done = subprocess.run([str(BIN / "serve"), "deploy", str(deploy_file), "--address", dash],
@@ -153,6 +115,6 @@ def test_cpu_dev_serve_config_deploys_and_serves_a_session():
             assert events[-1]["t"] == "final" and events[-1]["status"] == "done", events[-1]
             assert any(e["t"] == "commit" for e in events)
         finally:
-            stop_head(proc, temp_dir)
+            stop_head(head)
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
