@@ -1,13 +1,12 @@
 """Suite-wide test setup: the README's test command runs on three xdist workers (pyproject's addopts).
 
-Every test module that starts Ray (its tests carry the marker ``cluster`` or ``engines``) is listed in one
-of two units, ``RAY_UNITS``. Under xdist each unit is one unit of work, which one worker runs one test
-after another, so at most two Ray clusters run at once, on two workers: the unit with real vLLM engines,
-and the unit with simulated engines (loopback ports and Ray's session folders are per cluster; each
-unit's modules share one cluster where they can, ``tests/integration/conftest.py``). The units are
-balanced by their measured time: each took about half of the old single unit, which was the run's
-longest pole (22 of its 23 minutes on the 2-core VM). The third worker runs every other module
-meanwhile, each whole; many of their tests wait more than they compute. xdist's own ``--dist
+Every test module that starts Ray (its tests carry the marker ``cluster`` or ``engines``) is listed in
+``RAY_UNITS``. Under xdist each unit is one unit of work, which one worker runs one test after another;
+the modules that can share one Ray head do (``tests/integration/conftest.py``). There is one unit: two
+(real vLLM engines beside simulated ones, two clusters at once on two workers) took the 2-core VM to a
+load average of 21, where a Ray head timed out starting and timing tests failed (measured 2026-12-07).
+The other workers run every other module meanwhile, each whole; many of their tests wait more than they
+compute. xdist's own ``--dist
 loadgroup`` would do this from ``xdist_group`` marks, but its 3.8 release cannot rename node ids under
 pytest 9, so the grouping is by module path here, which the controller (it collects nothing) can see. A
 test that starts Ray in a module not listed fails, saying so.
@@ -22,11 +21,9 @@ from __future__ import annotations
 import pytest
 
 RAY_UNITS = {
-    # real vLLM on the CPU (about 8.5 GiB at peak), and the clusters started from outside the process
-    "ray-engines": ("test_engines", "test_serve_local_cpu", "test_k8s_deploy", "test_wheel"),
-    # simulated engines
-    "ray": ("test_bench_scale", "test_multinode", "test_plan_sim", "test_ray_telemetry", "test_serve_failures",
-            "test_serve_fencing", "test_serve_sim"),
+    "ray": ("test_bench_scale", "test_engines", "test_k8s_deploy", "test_multinode", "test_plan_sim",
+            "test_ray_telemetry", "test_serve_failures", "test_serve_fencing", "test_serve_local_cpu",
+            "test_serve_sim", "test_wheel"),
 }
 RAY_MODULES = {f"tests/integration/{name}.py": unit for unit, names in RAY_UNITS.items() for name in names}
 LLM_CONFIG_MODULES = frozenset(f"tests/{name}.py" for name in (
@@ -49,7 +46,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
     class RayApart(LoadScopeScheduling):
         """xdist's scope scheduling with ``scope_of``'s scopes. The largest units go out first
-        (``--loadscope-reorder``, on by default): the two Ray units, the run's longest poles."""
+        (``--loadscope-reorder``, on by default): the Ray unit, the run's longest pole."""
 
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)

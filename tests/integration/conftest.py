@@ -57,7 +57,11 @@ class SharedHead:
         import ray
 
         from specagent_ray.launch.startup import ray_init, start_serve
+        from specagent_ray.testing.ray_cluster import tail
 
+        if self.head.proc.poll() is not None:  # connecting to a dead GCS would wait, not fail
+            pytest.fail(f"the shared Ray head exited ({self.head.proc.returncode}):\n{tail(self.head)}",
+                        pytrace=False)
         ray_init(address=self.address, log_to_driver=False, logging_level="WARNING")
         try:
             start_serve({"host": HOST, "port": self.http_port})
