@@ -3,8 +3,7 @@ temp dir; stopped by stopping its process tree, never by ``ray stop`` (that stop
 the machine, other test workers' included).
 
 A driver connects with ``ray.init(address=head.address)``; its ``ray.shutdown()`` disconnects and leaves
-the head running, so that one head serves every test module that can share it
-(tests/integration/conftest.py) and ``tests/integration/test_k8s_deploy.py`` starts one of its own.
+the head running. ``tests/integration/test_k8s_deploy.py`` starts one (KubeRay's ``serve deploy`` path).
 """
 
 from __future__ import annotations
