@@ -294,8 +294,8 @@ def test_the_engine_bench_mix_measures_what_it_prints(engines):
     prefill ahead runs and leaves each verify about the block, staged writes are timed as such."""
     import asyncio
 
-    from specagent_ray.bench.engine_mix import Mix, Tokens, run_mix
-    from specagent_ray.bench.engines import figures
+    from specagent_ray.bench.engines.mix import Mix, Tokens, run_mix
+    from specagent_ray.bench.engines.features import figures
 
     mix = Mix(sessions=2, blocks=2, pauses_s=(0.1,), stagger_s=0.1, turn_chars=1500)
     run = asyncio.run(run_mix(engines["base"], mix, Tokens(engines["verifier_dir"]), "test", True, True))
