@@ -6,12 +6,11 @@ There is one unit: two (real vLLM engines beside simulated ones, two clusters at
 took the 2-core VM to a load average of 21, where a Ray head timed out starting and timing tests failed
 (measured 2026-12-07). Each module starts its own cluster: a shared head per worker (modules connecting
 and disconnecting in turn) hung a Serve handle call in the whole suite, after other modules' drivers
-had come and gone in the same process.
-The other workers run every other module meanwhile, each whole; many of their tests wait more than they
-compute. xdist's own ``--dist
-loadgroup`` would do this from ``xdist_group`` marks, but its 3.8 release cannot rename node ids under
-pytest 9, so the grouping is by module path here, which the controller (it collects nothing) can see. A
-test that starts Ray in a module not listed fails, saying so.
+had come and gone in the same process. The other workers run every other module meanwhile, each whole;
+many of their tests wait more than they compute. xdist's own ``--dist loadgroup`` would do this from
+``xdist_group`` marks, but its 3.8 release cannot rename node ids under pytest 9, so the grouping is by
+module path here, which the controller (it collects nothing) can see. A test that starts Ray in a module
+not listed fails, saying so.
 
 The modules that validate a Ray Serve LLM ``LLMConfig`` (``LLM_CONFIG_MODULES``) form one unit too:
 importing ``ray.serve.llm`` imports vLLM and torch, about 10 s of CPU in each worker that does it
