@@ -46,6 +46,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ...arguments import texts
 from .chaos_run import FAULTS, Row, Settings, one_fault
 
 
@@ -121,10 +122,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("chaos", help="MEASURED: sessions on the served path under CPU hogs, slow and failing "
                        "stores, a lapsed lease and killed coordinators, tool hosts and MCP servers",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--faults", type=lambda s: tuple(x.strip() for x in s.split(",") if x.strip()), default=FAULTS,
+    p.add_argument("--faults", type=texts, default=FAULTS,
                    help=f"comma-separated, from: {', '.join(FAULTS)} (default: all; the baseline always runs)")
     p.add_argument("--sessions", type=int, default=12, help="sessions per fault (default 12)")
-    p.add_argument("--tasks", type=lambda s: tuple(x.strip() for x in s.split(",") if x.strip()), default=(),
+    p.add_argument("--tasks", type=texts, default=(),
                    help="airline task ids the sessions run, cycled (default: the first --sessions of tau2's base "
                    "split; 7, 9 and 14 write)")
     p.add_argument("--lease-s", type=float, default=4.0, help="the session log's lease period (default 4; the "
