@@ -125,8 +125,8 @@ class AdaptiveK(Learner):
     """A session's ``BlockSize`` (protocol/interfaces.py): the controller's route at the session's online
     estimate and the engines' load now. ``on_choice`` hears every K chosen (for the stats); ``chain`` says
     whether the block now drafted goes to the mid verifier first, and ``on_route`` hears it before the block
-    is drafted. Where the controller has no mid verifier, ``chain`` is None: no opinion, the configured
-    chain (if any) reviews as before."""
+    is drafted. Where the controller has no mid verifier, ``chain`` is None (no opinion: the configured
+    chain, if any, reviews as before) and ``on_route`` hears nothing."""
 
     def __init__(self, controller: Controller, load: Callable[[], Load], prior: Prior = Prior(),
                  on_choice: Callable[[int], None] = lambda k: None,
@@ -139,7 +139,8 @@ class AdaptiveK(Learner):
     def next_k(self, history: History) -> int:
         choice = self.controller.decide_quantized(self.estimate.estimate(), self.load())
         self.chain = choice.chain if self.controller.mid is not None else None
-        self.on_route(choice.chain)
+        if self.chain is not None:
+            self.on_route(self.chain)
         self.on_choice(choice.k)
         return choice.k
 

@@ -67,8 +67,7 @@ class BlockSizes:
         self.chosen[k] += 1
 
     def _route(self, chain: bool) -> None:
-        if self.controller is not None and self.controller.mid is not None:
-            self.routes["chain" if chain else "strong"] += 1
+        self.routes["chain" if chain else "strong"] += 1
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mode": self.cfg.mode, "chosen_k": {str(k): n for k, n in sorted(self.chosen.items())}}
