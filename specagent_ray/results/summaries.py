@@ -2,6 +2,8 @@
 
 Every figure carries its kind: Pass@1 is measured by tau2's evaluator; tokens come from the
 simulated token model; FLOPs, HBM-read and GPU latency are estimated; wall time is measured.
+HBM, FLOPs and GPU latency count every role (drafter, the chain's mid where a run has one, strong), each
+call priced alone; the ``strong_*`` figures count the strong model only.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Sequence
 from ..costs.theory import expected_steps_per_block, l_u, r_u
 from ..storage.local import LocalStore
 from .stats import gap_recovered, paired_bootstrap, pass_at_1
-from .trial import TrialResult, by_method
+from .trial import RoleUsage, TrialResult, by_method
 
 TB = 1e12
 
@@ -34,16 +36,22 @@ class MethodSummary:
     strong_prefill_tokens: float
     weak_tokens: float
     committed_steps: float
-    strong_hbm_tb: float  # per task, estimated (midpoint)
+    strong_hbm_tb: float  # per task, estimated (midpoint), strong model only
     strong_hbm_low_tb: float
     strong_hbm_high_tb: float
-    flops: float  # per task, strong + weak, estimated
-    gpu_latency_s: float  # per task, estimated
+    flops: float  # per task, every role (weak + mid + strong), estimated
+    gpu_latency_s: float  # per task, every role, estimated
     wall_ms: float  # per task, measured
     strong_tokens: float = math.nan  # per task, prompt + decode
     repair_cached_share: float = math.nan  # cached / prompt tokens over all strong repair calls
     dollars: float = math.nan  # per task, list prices of the priced roles; NaN when none is priced
     flops_paper_layout: float = math.nan  # FLOPs had repair prompts shared no prefix with verify prompts
+    # HBM read per task, ESTIMATED, each call priced alone; NaN in results written before these fields
+    total_hbm_tb: float = math.nan  # every role: weak + mid + strong (midpoint)
+    total_hbm_low_tb: float = math.nan
+    total_hbm_high_tb: float = math.nan
+    weak_hbm_tb: float = math.nan  # the drafter alone
+    mid_hbm_tb: float = math.nan  # the chain's mid alone; 0 for a method without one
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -54,7 +62,25 @@ def _share(part: float, whole: float) -> float:
     return part / whole if whole else math.nan
 
 
+def _roles(r: TrialResult) -> tuple[RoleUsage, ...]:
+    """The roles one trajectory used: drafter, strong, and the chain's mid when it had one."""
+    return (r.weak, r.strong) if r.mid is None else (r.weak, r.strong, r.mid)
+
+
+def _hbm_tb(u: RoleUsage | None, bound: str = "midpoint") -> float:
+    """One role's HBM read in TB (estimated): the range's ``low``, ``high`` or midpoint; 0 for no role."""
+    if u is None:
+        return 0.0
+    return {"low": u.hbm_low, "high": u.hbm_high}.get(bound, (u.hbm_low + u.hbm_high) / 2) / TB
+
+
+def _total_hbm_tb(r: TrialResult, bound: str = "midpoint") -> float:
+    return sum(_hbm_tb(u, bound) for u in _roles(r))
+
+
 def method_summaries(results: Sequence[TrialResult], seed: int = 0) -> list[MethodSummary]:
+    """One summary per method, in the order the methods first appear. Pass@1's interval is paired against
+    Strong-only's tasks; every cost is a mean per task (trajectory)."""
     groups = by_method(results)
     strong, weak = groups.get("strong"), groups.get("weak")
     p_strong = pass_at_1(strong) if strong else math.nan
@@ -74,13 +100,18 @@ def method_summaries(results: Sequence[TrialResult], seed: int = 0) -> list[Meth
             strong_hbm_tb=_mean([(r.strong.hbm_low + r.strong.hbm_high) / 2 / TB for r in rs]),
             strong_hbm_low_tb=_mean([r.strong.hbm_low / TB for r in rs]),
             strong_hbm_high_tb=_mean([r.strong.hbm_high / TB for r in rs]),
-            flops=_mean([r.strong.flops + r.weak.flops for r in rs]),
-            flops_paper_layout=_mean([r.flops_paper_layout or r.strong.flops + r.weak.flops for r in rs]),
-            gpu_latency_s=_mean([r.strong.gpu_latency_s + r.weak.gpu_latency_s for r in rs]),
+            flops=_mean([sum(u.flops for u in _roles(r)) for r in rs]),
+            flops_paper_layout=_mean([(r.flops_paper_layout or r.strong.flops + r.weak.flops)
+                                      + (r.mid.flops if r.mid else 0.0) for r in rs]),
+            gpu_latency_s=_mean([sum(u.gpu_latency_s for u in _roles(r)) for r in rs]),
             wall_ms=_mean([r.wall_s * 1000 for r in rs]),
             strong_tokens=_mean([r.strong.prompt_tokens + r.strong.decode_tokens for r in rs]),
             repair_cached_share=_share(sum(r.repair_cached_tokens for r in rs), sum(r.repair_prompt_tokens for r in rs)),
             dollars=_mean([r.resources.dollars for r in rs if r.resources and r.resources.dollars is not None]),
+            total_hbm_tb=_mean([_total_hbm_tb(r) for r in rs]),
+            total_hbm_low_tb=_mean([_total_hbm_tb(r, "low") for r in rs]),
+            total_hbm_high_tb=_mean([_total_hbm_tb(r, "high") for r in rs]),
+            weak_hbm_tb=_mean([_hbm_tb(r.weak) for r in rs]), mid_hbm_tb=_mean([_hbm_tb(r.mid) for r in rs]),
         ))
     return out
 
@@ -205,7 +236,8 @@ def write_json(path: Path, results: Sequence[TrialResult], summary: Sequence[Met
 
 
 def plot(path: Path, summary: Sequence[MethodSummary], title: str) -> None:
-    """Pass@1 against strong HBM-read per task: the paper's operating points."""
+    """Pass@1 against HBM read per task of every role (drafter + mid + strong), each with its estimated range:
+    the paper's operating points, counted in total."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -213,15 +245,15 @@ def plot(path: Path, summary: Sequence[MethodSummary], title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     placed: list[tuple[float, float]] = []
-    x_span = max((s.strong_hbm_high_tb for s in summary), default=1.0) or 1.0
+    x_span = max((s.total_hbm_high_tb for s in summary), default=1.0) or 1.0
     for s in summary:
-        xerr = [[s.strong_hbm_tb - s.strong_hbm_low_tb], [s.strong_hbm_high_tb - s.strong_hbm_tb]]
-        ax.errorbar(s.strong_hbm_tb, s.pass_at_1, xerr=xerr, fmt="o", capsize=3)
+        x = s.total_hbm_tb
+        ax.errorbar(x, s.pass_at_1, xerr=[[x - s.total_hbm_low_tb], [s.total_hbm_high_tb - x]], fmt="o", capsize=3)
         # labels of coinciding points (e.g. Speculative Actions sits on Strong-only) stack downwards
-        near = sum(abs(x - s.strong_hbm_tb) < 0.03 * x_span and abs(y - s.pass_at_1) < 0.5 for x, y in placed)
-        placed.append((s.strong_hbm_tb, s.pass_at_1))
-        ax.annotate(s.method, (s.strong_hbm_tb, s.pass_at_1), textcoords="offset points", xytext=(6, 4 - 12 * near))
-    ax.set_xlabel("strong-model HBM read per task, TB (estimated)")
+        near = sum(abs(px - x) < 0.03 * x_span and abs(py - s.pass_at_1) < 0.5 for px, py in placed)
+        placed.append((x, s.pass_at_1))
+        ax.annotate(s.method, (x, s.pass_at_1), textcoords="offset points", xytext=(6, 4 - 12 * near))
+    ax.set_xlabel("HBM read per task, all roles (drafter + mid + strong), TB (estimated)")
     ax.set_ylabel("Pass@1, % (tau2 evaluator)")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)

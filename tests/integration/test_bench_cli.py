@@ -18,6 +18,9 @@ def test_bench_tau2_writes_json_and_plot(tmp_path, capsys):
     methods = {s["method"]: s for s in doc["summary"]}
     assert methods["weak"]["strong_calls"] == 0 and methods["strong"]["weak_tokens"] == 0
     assert methods["specagent"]["strong_decode_tokens"] < methods["strong"]["strong_decode_tokens"]
+    s = methods["specagent"]  # the headline HBM counts every role
+    assert s["total_hbm_tb"] == pytest.approx(s["weak_hbm_tb"] + s["mid_hbm_tb"] + s["strong_hbm_tb"])
+    assert s["weak_hbm_tb"] > 0 and methods["strong"]["weak_hbm_tb"] == 0
     assert {t["method"] for t in doc["theory"]} <= {"specagent", "specagent-exact"}
     png = (tmp_path / "tau2-airline-seed0.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"

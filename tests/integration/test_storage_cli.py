@@ -29,12 +29,16 @@ def store_uri(request, tmp_path):
     return f"s3://{bucket}/team-a?endpoint={server.endpoint}"
 
 
-def summary(method: str, pass_at_1: float, hbm_tb: float, flops: float, decode: float) -> MethodSummary:
+def summary(method: str, pass_at_1: float, hbm_tb: float, flops: float, decode: float,
+            weak_hbm_tb: float = 0.0) -> MethodSummary:
+    """``hbm_tb`` is the strong model's; the all-role total adds the drafter's ``weak_hbm_tb``."""
+    total = hbm_tb + weak_hbm_tb
     return MethodSummary(
         method=method, trajectories=4, pass_at_1=pass_at_1, diff_vs_strong=0.0, ci_low=-1.0, ci_high=1.0,
         gap_recovered=float("nan"), strong_calls=3.0, strong_decode_tokens=decode, strong_prefill_tokens=5000.0,
         weak_tokens=0.0, committed_steps=10.0, strong_hbm_tb=hbm_tb, strong_hbm_low_tb=hbm_tb * 0.9,
-        strong_hbm_high_tb=hbm_tb * 1.1, flops=flops, gpu_latency_s=1.0, wall_ms=2.0)
+        strong_hbm_high_tb=hbm_tb * 1.1, flops=flops, gpu_latency_s=1.0, wall_ms=2.0, total_hbm_tb=total,
+        total_hbm_low_tb=total * 0.9, total_hbm_high_tb=total * 1.1, weak_hbm_tb=weak_hbm_tb, mid_hbm_tb=0.0)
 
 
 META = {"domain": "airline", "trials": 2, "k": 6, "methods": ["strong", "specagent"], "review_messages": False,
@@ -51,8 +55,8 @@ def bench_doc(tmp_path, name: str, specagent: MethodSummary) -> bytes:
 @pytest.fixture
 def two_runs(store_uri, tmp_path):
     store = open_store(store_uri)
-    store.put("tau2/a.json", bench_doc(tmp_path, "a.json", summary("specagent", 86.0, 20.0, 1.3e15, 600.0)))
-    store.put("tau2/b.json", bench_doc(tmp_path, "b.json", summary("specagent", 84.0, 10.0, 1.95e15, 300.0)))
+    store.put("tau2/a.json", bench_doc(tmp_path, "a.json", summary("specagent", 86.0, 20.0, 1.3e15, 600.0, 10.0)))
+    store.put("tau2/b.json", bench_doc(tmp_path, "b.json", summary("specagent", 84.0, 10.0, 1.95e15, 300.0, 14.0)))
     store.put("notes/readme.txt", b"not a result")
     return store_uri
 
@@ -64,9 +68,16 @@ def run(capsys, *argv: str) -> tuple[int, str]:
     return rc, out
 
 
-def row(out: str, method: str) -> list[str]:
-    line = next(x for x in out.splitlines() if x.startswith(f"│ {method} "))
-    return [cell.strip() for cell in line.strip("│ ").split("│")]
+def row(out: str, method: str, nth: int = 0) -> list[str]:
+    """The cells of the ``nth`` row (over every table printed) whose first cell is ``method``."""
+    lines = [x for x in out.splitlines() if x.startswith(f"│ {method} ")]
+    return [cell.strip() for cell in lines[nth].strip("│ ").split("│")]
+
+
+def compared(out: str, method: str) -> dict[str, list[str]]:
+    """``results compare``'s rows of ``method``: figure -> [A, B, B/A]."""
+    rows = [x for x in out.splitlines() if x.startswith(f"│ {method} ")]
+    return {r[1]: r[2:] for r in ([c.strip() for c in x.strip("│ ").split("│")] for x in rows)}
 
 
 def test_ls_lists_sorted_keys_and_filters_by_prefix(two_runs, capsys):
@@ -82,15 +93,34 @@ def test_show_prints_the_summary_tables(two_runs, capsys):
     assert "tau2 airline: quality, 2 tasks x 2 trial(s), K=6" in out and "policies=simulated" in out
     assert row(out, "specagent")[:2] == ["specagent", "84.0"]
     assert "16xh20" in out
+    # the HBM table's headline counts every role: (10 strong + 14 drafter) TB against Strong-only's 40
+    assert row(out, "specagent", 1)[1:] == ["24.00", "21.60-26.40", "0.60", "14.00", "0.00", "10.00", "0.25"]
+    assert "x strong-only, all roles" in out and "(strong model only)" in out
 
 
 def test_compare_gives_ratios_b_over_a(two_runs, capsys):
     rc, out = run(capsys, "results", "compare", "tau2/a.json", "tau2/b.json", "--store", two_runs)
     assert rc == 0 and "A: tau2/a.json" in out and "B: tau2/b.json" in out
-    # method | Pass@1 A, B, B/A | HBM A, B, B/A | FLOPs A, B, B/A | decode A, B, B/A
-    assert row(out, "specagent") == ["specagent", "86.0", "84.0", "0.98", "20.00", "10.00", "0.50",
-                                     "1.3e+15", "1.95e+15", "1.50", "600", "300", "0.50"]
-    assert row(out, "strong")[3::3] == ["1.00", "1.00", "1.00", "1.00"]
+    # one row per figure: A, B, B/A; HBM of every role first, the strong model's own labelled so
+    assert compared(out, "specagent") == {
+        "Pass@1 %": ["86.0", "84.0", "0.98"], "HBM TB, all roles": ["30.00", "24.00", "0.80"],
+        "strong HBM TB (strong model only)": ["20.00", "10.00", "0.50"],
+        "FLOPs, all roles": ["1.3e+15", "1.95e+15", "1.50"],
+        "strong decode tok (strong model only)": ["600", "300", "0.50"]}
+    assert [r[2] for r in compared(out, "strong").values()] == ["1.00"] * 5
+
+
+def test_results_written_before_the_totals_still_show_and_compare(two_runs, tmp_path, capsys):
+    store = open_store(two_runs)
+    doc = json.loads(bench_doc(tmp_path, "old.json", summary("specagent", 80.0, 20.0, 1.3e15, 600.0, 10.0)))
+    new_fields = {"total_hbm_tb", "total_hbm_low_tb", "total_hbm_high_tb", "weak_hbm_tb", "mid_hbm_tb"}
+    doc["summary"] = [{k: v for k, v in s.items() if k not in new_fields} for s in doc["summary"]]
+    put_json(store, "tau2/old.json", doc)
+    rc, out = run(capsys, "results", "show", "tau2/old.json", "--store", two_runs)
+    assert rc == 0 and row(out, "specagent", 1)[1:] == ["n/a", "n/a", "n/a", "n/a", "n/a", "20.00", "0.50"]
+    rc, out = run(capsys, "results", "compare", "tau2/old.json", "tau2/b.json", "--store", two_runs)
+    assert rc == 0 and compared(out, "specagent")["HBM TB, all roles"] == ["n/a", "24.00", "n/a"]
+    assert compared(out, "specagent")["strong HBM TB (strong model only)"] == ["20.00", "10.00", "0.50"]
 
 
 @pytest.mark.parametrize("argv, message", [
