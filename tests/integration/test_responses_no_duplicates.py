@@ -17,8 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from specagent_ray.testing.gateway_server import in_process_gateway
+
+pytestmark = pytest.mark.slow  # one whole session with a real MCP server to its end: 2-4 s on 2 cores
 
 BANK = [sys.executable, "-m", "specagent_ray.testing.mcp_server"]
 KEY = {"X-API-Key": "dev-key"}

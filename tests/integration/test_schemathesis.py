@@ -33,6 +33,8 @@ import pytest
 from specagent_ray.testing.gateway_server import gateway_app
 from specagent_ray.testing.http import serve_in_thread
 
+pytestmark = pytest.mark.slow  # schemathesis runs a separate process per test: 5-45 s each on 2 cores
+
 KEY = "fuzz-key"
 CONFIG = """
 [checks.positive_data_acceptance]
@@ -63,7 +65,6 @@ def gateway(tmp_path: Path, wrap: Any = lambda app: app) -> Iterator[str]:
         yield url
 
 
-@pytest.mark.slow  # 10 s of CPU; the fast tier runs schemathesis in the test that must fail a bad API
 def test_the_gateway_passes_every_check_in_every_phase(tmp_path):
     with gateway(tmp_path) as url:
         run = schemathesis(url, tmp_path, "--max-examples", "15")
@@ -75,7 +76,6 @@ def test_the_gateway_passes_every_check_in_every_phase(tmp_path):
     assert links and int(links.group(1)) >= 3, report[-5000:]  # sessions created, then used through links
 
 
-@pytest.mark.slow
 def test_the_responses_routes_pass_every_check_in_every_phase(tmp_path):
     """The Responses and Conversations APIs on an app with plan-following engines and the bank MCP
     server: the create body is published as tight as it is taken (``responses.create_schema``), and
@@ -125,7 +125,6 @@ def test_an_undocumented_status_or_a_wrong_allow_header_fails_the_run(tmp_path):
     assert "Allow header mismatch" in report and "Missing documented methods: DELETE" in report, report[-5000:]
 
 
-@pytest.mark.slow
 def test_the_chat_and_messages_routes_pass_every_check_in_every_phase(tmp_path):
     """Chat Completions and Anthropic's Messages (with count_tokens) on plan-following engines and a client
     tool source that trusts one read: every body the published schema allows is taken (a replayed history,

@@ -6,7 +6,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from specagent_ray.launch.deployment_profiles import OURS, load_profile
+import yaml
+
+from specagent_ray.launch.deployment_profiles import OURS, profile_path
 from specagent_ray.protocol.baselines import METHODS
 from specagent_ray.serve.core.config import PRODUCTION_METHODS, AppConfig
 from specagent_ray.testing.gateway_server import in_process_gateway
@@ -38,8 +40,12 @@ def test_a_bench_profile_may_serve_the_baselines(tmp_path):
 
 @pytest.mark.parametrize("profile", ["gpu-tp16", "edge-cloud"])
 def test_production_profiles_serve_only_checked_methods_and_no_docs(profile):
-    ours = [a for a in load_profile(profile).applications if a.import_path == OURS]
-    cfg = AppConfig.model_validate(ours[0].args)
+    """Our application's args as the profile's YAML gives them (the engines' ``LLMConfig``s are checked by
+    tests/unit/launch/test_profiles.py; validating them here would import vLLM, about 20 s)."""
+    apps = yaml.safe_load(profile_path(profile).read_text())["applications"]
+    ours = [a for a in apps if a["import_path"] == OURS]
+    assert len(ours) == 1
+    cfg = AppConfig.model_validate(ours[0]["args"])
     assert set(cfg.methods) <= set(PRODUCTION_METHODS)
     assert cfg.gateway.docs is False and cfg.gateway.dev_api_key is None
 

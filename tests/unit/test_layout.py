@@ -202,14 +202,14 @@ def test_a_session_is_what_the_parts_below_it_take():
 
 
 def test_the_modules_the_scheduler_groups_exist():
-    """conftest.py groups test modules by path (Ray modules, LLMConfig modules): a moved module would
+    """conftest.py groups test modules by path (Ray modules, torch modules): a moved module would
     silently leave its group, and run beside a Ray cluster or pay vLLM's import in a second worker."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("suite_conftest", REPO / "tests" / "conftest.py")
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
-    listed = set(conftest.RAY_MODULES) | conftest.LLM_CONFIG_MODULES
+    listed = set(conftest.RAY_MODULES) | conftest.TORCH_MODULES
     assert [m for m in sorted(listed) if not (REPO / m).is_file()] == []
 
 
