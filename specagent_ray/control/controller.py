@@ -71,13 +71,15 @@ ITERS = 16  # bisection steps of the operating points: batches and rates to 1/65
 @dataclass(frozen=True)
 class CappedAcceptance(Acceptance):
     """Proposition 1's accounting per *useful* committed step: ``extra_drafts`` are the drafted reads per
-    useful step that were committed without review although the strong model would have rejected them."""
+    useful step that were committed without review although the strong model would have rejected them. They
+    are drafted whoever reviews the blocks, so SpecAgent's and the chain's drafts both count them
+    (``wasted_drafts``, ``calls.calls_per_step``)."""
 
     extra_drafts: float = 0.0
 
     @property
-    def drafts_per_step(self) -> float:
-        return super().drafts_per_step + self.extra_drafts
+    def wasted_drafts(self) -> float:
+        return self.extra_drafts
 
 
 def capped_acceptance(k: int, p: float, hazards: Sequence[float], rho: float,

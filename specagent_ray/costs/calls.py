@@ -5,9 +5,10 @@ goes), the call shapes, and :func:`calls_per_step`, the (calls per committed ste
 
 Roles are strong, mid and weak; only the three-tier chain (method ``chain``, ``Acceptance.chain`` set) calls
 the mid verifier. Per committed step the chain makes ``f / E_c`` mid verifies, ``f e / E_c`` strong verifies
-(the escalated blocks), ``f S / E_c`` separate strong repairs and ``f n / E_c + 1 - f`` drafts, where, per
-reviewed block, ``E_c`` is the expected committed steps, ``e`` the escalation rate and ``S`` the separate
-strong repairs of ``theory.chain_traffic`` (a ratio of expectations over the block-length mix, as ``E``).
+(the escalated blocks), ``f S / E_c`` separate strong repairs and ``f n / E_c + 1 - f`` drafts plus the wasted
+ones (``Acceptance.wasted_drafts``, as SpecAgent's), where, per reviewed block, ``E_c`` is the expected
+committed steps, ``e`` the escalation rate and ``S`` the separate strong repairs of ``theory.chain_traffic`` (a
+ratio of expectations over the block-length mix, as ``E``).
 """
 
 from __future__ import annotations
@@ -102,8 +103,14 @@ class Acceptance:
         return self.f * self.rho * (1 - self.p)
 
     @property
+    def wasted_drafts(self) -> float:
+        """Drafted steps per committed step that commit unreviewed and make no progress: none here, where every
+        committed step counts; the controller's accounting per useful step (``CappedAcceptance``) has some."""
+        return 0.0
+
+    @property
     def drafts_per_step(self) -> float:
-        return self.f * self.mean_n / self.per_block + (1 - self.f)
+        return self.f * self.mean_n / self.per_block + (1 - self.f) + self.wasted_drafts
 
     def r_u(self, v_over_d: float) -> float:
         """Proposition 1 over the block mix: ``v/d / E + rho (1 - p)`` (``theory.r_u`` for one length)."""
@@ -182,7 +189,7 @@ def calls_per_step(method: Method | Calls, acc: Acceptance, shapes: Shapes) -> C
         per = acc.f / steps
         return {"strong": [(per * escalated, shapes.verify), (per * repairs, shapes.repair)],
                 "mid": [(per, shapes.verify)],
-                "weak": [(per * acc.mean_n + 1 - acc.f, shapes.draft)]}
+                "weak": [(per * acc.mean_n + 1 - acc.f + acc.wasted_drafts, shapes.draft)]}
     raise ValueError(f"unknown method {method!r}; the planner knows {', '.join(METHODS)}, chain")
 
 

@@ -18,6 +18,7 @@ from ..costs.calls import Chain, calls_per_step
 from ..costs.fleet import Plan
 from ..costs.planner import Engine
 from ..costs.specs import GpuProfile, load_model
+from ..costs.totals import FleetView
 
 NAMES = {"specagent": "SpecAgent", "chain": "Chain"}  # the compared method's column in the plan's tables
 
@@ -61,18 +62,22 @@ def mid_gpus(plan: Plan) -> int:
     return 0 if i.mid is None else plan.sizing["chain"].mid_replicas * i.mid.gpus
 
 
-def chain_table(plan: Plan) -> Table:
-    """The chain's own figures at the planned load, next to SpecAgent's calls per committed step."""
+def chain_table(plan: Plan, view: FleetView) -> Table:
+    """The chain's own figures at the planned load, next to SpecAgent's calls per committed step. The mid's
+    batch, HBM, GPU-s and replicas are ``view``'s: the headline's view, the chain on its own fleet sized to the
+    load (``fleet_tables.fleet_views(plan)["chain"]``); only the row that says so is today's verifier fleet."""
     i, acc = plan.inputs, plan.inputs.acceptance
     assert i.mid is not None and acc.chain is not None
-    op, c = plan.at_load["chain"], acc.chain
+    c = acc.chain
     calls = {m: {r: sum(k for k, _ in v) for r, v in calls_per_step(m, acc, i.shapes).items()}
              for m in ("specagent", "chain")}
     steps, escalated, _ = acc.chain_per_block()
-    t = Table(title=f"The chain at {i.traffic.sessions:g} sessions (ESTIMATED; rates given)")
+    t = Table(title=f"The chain on the headline's fleet sized to {i.traffic.sessions:g} sessions (ESTIMATED; rates "
+                    "given)")
     for col in ("figure", "value", "label"):
         t.add_column(col)
-    rows = [("mid verifier", f"{i.mid.spec.name} on {i.mid.gpus} x {i.mid.gpu.name}, {i.mid.replicas} replica(s)",
+    rows = [("mid verifier; its replicas on today's verifier fleet (not the headline's)",
+             f"{i.mid.spec.name} on {i.mid.gpus} x {i.mid.gpu.name}; {i.mid.replicas} replica(s)",
              "given (replicas: --mid-replicas, or sized for the load: estimated)"),
             ("escalation accepted / rejected blocks; p_mid; rho_mid",
              f"{c.e_accept:.2f} / {c.e_reject if c.e_reject is not None else c.e_accept:.2f}; "
@@ -82,17 +87,20 @@ def chain_table(plan: Plan) -> Table:
             ("strong calls / committed step: SpecAgent -> chain",
              f"{calls['specagent']['strong']:.3f} -> {calls['chain']['strong']:.3f}", "estimated"),
             ("mid verifies / committed step", f"{calls['chain']['mid']:.3f}", "estimated"),
-            ("mid batch per replica", f"{op.batch_mid:.1f}", "estimated"),
-            ("mid HBM per committed step, TB", f"{op.cost.mid.hbm / 1e12:.3f}", "estimated"),
-            ("mid GPU-s per committed step", f"{op.cost.mid.gpu_s:.3f}", "estimated"),
-            ("mid verifier replicas (fleet at target batch)", str(plan.sizing["chain"].mid_replicas), "estimated")]
+            ("mid batch per replica", f"{view.op.batch_mid:.1f}", "estimated"),
+            ("mid HBM per committed step, TB", f"{view.hbm()['mid'] / 1e12:.3f}", "estimated"),
+            ("mid GPU-s per committed step (mid GPUs per committed step/s)",
+             f"{view.gpus['mid'] / view.steps_per_s:.3f}", "estimated"),
+            ("mid verifier replicas", str(view.replicas["mid"]), "estimated")]
     for row in rows:
         t.add_row(*row)
     return t
 
 
 def chain_dict(plan: Plan) -> dict[str, Any]:
-    """The chain's inputs and figures for plan.json (``chain``); empty without a chain."""
+    """The chain's inputs and figures for plan.json (``chain``); empty without a chain. ``batch_mid``,
+    ``mid_hbm`` and ``mid_gpu_s`` (busy) are today's verifier fleet's (``at_load``); the headline's fleet is
+    ``plan.json``'s ``fleet``."""
     i = plan.inputs
     if i.mid is None:
         return {}

@@ -27,7 +27,7 @@ from ..costs.planner import Acceptance, Engine, Traffic, token_model_shapes
 from ..costs.specs import GpuProfile, gpu_names, load_gpu, load_model
 from .bench_inputs import from_bench
 from .chain import NAMES, add_chain_args, chain_dict, chain_from, chain_table, mid_gpus
-from .compare_gpu import Side, compare_dict, compare_table
+from .compare_gpu import METRIC_NAMES, Side, compare_dict, compare_table
 from .fleet_tables import fleet_dict, fleet_table, fleet_views
 
 HELP = """Capacity planner: does SpecAgent save strong-model HBM, GPU-seconds and step latency against
@@ -220,9 +220,10 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
 
         return run_batch_check(args, resolved, console)
     plan = make_plan(resolved.inputs, args.max_sessions, args.points)
-    for table in tables(plan, resolved.labels) + ([chain_table(plan)] if plan.inputs.mid else []):
+    views = fleet_views(plan)  # the headline's fleets: its table, the chain's table and plan.json's "fleet"
+    for table in tables(plan, resolved.labels) + ([chain_table(plan, views["chain"])] if plan.inputs.mid else []):
         console.print(table)
-    extra: dict[str, Any] = {**chain_dict(plan), **fleet_dict(fleet_views(plan))}
+    extra: dict[str, Any] = {**chain_dict(plan), **fleet_dict(views)}
     if args.compare_gpu:
         other = resolve(argparse.Namespace(**{**vars(args), "gpu": args.compare_gpu}))
         b = Side("--compare-gpu", args.compare_gpu, other.labels["gpu"],
@@ -334,16 +335,16 @@ def _weak_reps(plan: Plan) -> int:
 
 
 def _crossover_table(plan: Plan) -> Table:
-    top = plan.sweep[-1].sessions
-    t = Table(title=f"Where the saving vanishes (ESTIMATED; sessions 1-{top:,.0f}, same verifier fleet)")
-    for col in ("saving", "at planned load", "lowest in range (at sessions)", "<= 1 from", "above 1 again from"):
+    top, load = plan.sweep[-1].sessions, plan.inputs.traffic.sessions
+    t = Table(title=f"Where the saving vanishes (ESTIMATED; sessions 1-{top:,.0f}, on today's verifier fleet of "
+                    f"{plan.inputs.strong.replicas} verifier replica(s))")
+    for col in ("saving", "at planned load", "lowest in range, planned load included (at sessions)", "<= 1 from",
+                "above 1 again from"):
         t.add_column(col)
-    names = {"hbm": "strong HBM / step (strong model only)", "gpu_s": "busy GPU-s / step (all roles)",
-             "latency": "step latency"}
-    for metric, name in names.items():
-        low = min(plan.sweep, key=lambda p: p.saving[metric])
+    for metric, name in METRIC_NAMES.items():  # the sweep's grid need not hold the planned load: add it
+        low, at = min([(p.saving[metric], p.sessions) for p in plan.sweep] + [(plan.saving[metric], load)])
         first, back = plan.crossover[metric]
-        t.add_row(name, _x(plan.saving[metric]), f"{_x(low.saving[metric])} ({low.sessions:,.0f})",
+        t.add_row(name, _x(plan.saving[metric]), f"{_x(low)} ({at:,.0f}{', the planned load' if at == load else ''})",
                   "none within range" if first is None else f"{first:,.0f} sessions",
                   "-" if first is None else ("not within range" if back is None else f"{back:,.0f} sessions"))
     return t

@@ -3,8 +3,11 @@
 Every flag but ``--gpu`` is the same for both runs (``--strong-replicas auto`` sizes each run's verifier
 fleet on its own profile, as two separate ``plan`` runs would). The table puts the crossovers (the session
 count where a saving falls to <= 1) and the savings at the planned load of run A (``--gpu``) next to run B's
-(``--compare-gpu``), with A's difference from B. Every figure is ESTIMATED; the two profiles carry the
-labels ``plan`` gives them (shipped, naming any field measured, or measured on a device).
+(``--compare-gpu``), with A's difference from B. Each row names its view: the crossovers and those savings
+are on today's verifier fleet (``plan``'s "On today's verifier fleet"), the headline's rows on each method's
+fleet sized to the load (``planner/fleet_tables.py``, the same function as ``plan``'s headline). Every
+figure is ESTIMATED; the two profiles carry the labels ``plan`` gives them (shipped, naming any field
+measured, or measured on a device).
 """
 
 from __future__ import annotations
@@ -16,8 +19,14 @@ from typing import Any
 from rich.table import Table
 
 from ..costs.fleet import Plan, decode_knee
+from ..costs.totals import FleetView
+from .fleet_tables import NAME, fleet_dict, fleet_views
 
-METRIC_NAMES = {"hbm": "strong HBM / step", "gpu_s": "GPU-s / step", "latency": "step latency"}
+METRIC_NAMES = {"hbm": "strong HBM / step (strong model only)", "gpu_s": "busy GPU-s / step (all roles, today's "
+                "verifier fleet)", "latency": "step latency (today's verifier fleet)"}
+HEADLINE = {"GPUs in all": (lambda v: v.total_gpus, "{:d}"),  # the headline table's rows, as it prints them
+            "GPU-s per committed step (GPUs per committed step/s; all roles)": (lambda v: v.gpu_s_per_step, "{:.3f}"),
+            "HBM per committed step, TB, all roles": (lambda v: v.hbm()["total"] / 1e12, "{:.2f}")}
 
 
 @dataclass(frozen=True)
@@ -64,12 +73,26 @@ def rows(a: Plan, b: Plan) -> list[tuple[str, str, str, str]]:
         out.append((f"{name} saving at {load:g} sessions", f"{a.saving[metric]:.2f}x", f"{b.saving[metric]:.2f}x",
                     _rel(a.saving[metric], b.saving[metric])))
     ka, kb = (decode_knee(p.inputs.strong, p.inputs.shapes.step.prompt) for p in (a, b))
-    out += [("verifier replicas (fleet of the sweep)", str(a.inputs.strong.replicas), str(b.inputs.strong.replicas),
-             _rel(a.inputs.strong.replicas, b.inputs.strong.replicas)),
+    out += [("verifier replicas (today's verifier fleet, the sweep's)", str(a.inputs.strong.replicas),
+             str(b.inputs.strong.replicas), _rel(a.inputs.strong.replicas, b.inputs.strong.replicas)),
             ("strong compute knee (sequences)", "none" if ka is None else f"{ka:.0f}",
              "none" if kb is None else f"{kb:.0f}", _rel(ka, kb)),
             ("kappa at batch 1 (weak / strong step)", f"{a.kappa:.3f}", f"{b.kappa:.3f}", _rel(a.kappa, b.kappa)),
             ("v/d at batch 1 (strong HBM)", f"{a.v_over_d:.3f}", f"{b.v_over_d:.3f}", _rel(a.v_over_d, b.v_over_d))]
+    return out + headline_rows(a, fleet_views(a), fleet_views(b))
+
+
+def headline_rows(a: Plan, va: dict[str, FleetView], vb: dict[str, FleetView]) -> list[tuple[str, str, str, str]]:
+    """(figure, A, B, A against B) of the headline on each GPU: each method on its own fleet sized to the
+    planned load, and the saving (Strong-only / the method) there."""
+    method, where = a.inputs.method, f"(fleet sized to {a.inputs.traffic.sessions:g} sessions)"
+    out = []
+    for figure, (get, fmt) in HEADLINE.items():
+        for m in ("strong", method):
+            x, y = get(va[m]), get(vb[m])
+            out.append((f"{figure}, {NAME[m]} {where}", fmt.format(x), fmt.format(y), _rel(x, y)))
+        sa, sb = (get(v["strong"]) / get(v[method]) for v in (va, vb))
+        out.append((f"{figure} saving {where}", f"{sa:.2f}x", f"{sb:.2f}x", _rel(sa, sb)))
     return out
 
 
@@ -92,9 +115,10 @@ def compare_table(a: Side, b: Side) -> Table:
 
 
 def compare_dict(b: Side) -> dict[str, Any]:
-    """B's headline figures for ``plan.json`` (under ``compare``); all ESTIMATED but the profile."""
+    """B's figures for ``plan.json`` (under ``compare``), its headline under ``fleet`` as ``plan.json``'s own;
+    all ESTIMATED but the profile."""
     p = b.plan
     return {"flag": b.flag, "gpu_profile": b.profile, "labels": {"gpu": b.label, "outputs": "estimated"},
             "gpu": p.inputs.strong.gpu.model_dump(),
             "estimated": {"crossover": p.crossover, "saving": p.saving, "strong_replicas": p.inputs.strong.replicas,
-                          "kappa": p.kappa, "v_over_d": p.v_over_d}}
+                          "kappa": p.kappa, "v_over_d": p.v_over_d}, **fleet_dict(fleet_views(p))}

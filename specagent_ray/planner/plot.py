@@ -1,19 +1,22 @@
-"""The planner's plot: the saving against concurrent sessions, with the crossover marked (ESTIMATED)."""
+"""The planner's plot: the saving on today's verifier fleet against concurrent sessions, with the crossover marked
+(ESTIMATED)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..costs.fleet import Plan
+from ..costs.totals import ROLES
+from .chain import NAMES as METHOD
 
-NAMES = {"hbm": "strong HBM per committed step", "gpu_s": "GPU-s per committed step (strong + weak)",
-         "latency": "step latency"}
+VIEW = "today's verifier fleet"  # the sweep keeps Strong-only's verifier replicas: plan's "On today's verifier fleet"
 COLORS = {"hbm": "tab:blue", "gpu_s": "tab:orange", "latency": "tab:green"}
 
 
 def plot(path: Path, plan: Plan) -> Path:
-    """Two panels: the savings (Strong-only / SpecAgent) against sessions, log x, with y = 1, each metric's
-    crossover (dotted line, labelled) and the planned load; and each method's strong batch per replica."""
+    """Two panels: the savings (Strong-only / the method) on today's verifier fleet against sessions, log x,
+    with y = 1, each metric's crossover (dotted line, labelled) and the planned load; and each method's strong
+    batch per replica. The legend and the axis name the roles and the view of each saving."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -22,7 +25,7 @@ def plot(path: Path, plan: Plan) -> Path:
     i = plan.inputs
     xs = [p.sessions for p in plan.sweep]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6), dpi=110)
-    for metric, name in NAMES.items():
+    for metric, name in names(plan).items():
         left.plot(xs, [p.saving[metric] for p in plan.sweep], color=COLORS[metric], label=name)
         first, back = plan.crossover[metric]
         for n, what in ((first, "<= 1 from"), (back, "> 1 again from")):
@@ -33,11 +36,11 @@ def plot(path: Path, plan: Plan) -> Path:
     left.axhline(1.0, color="black", linewidth=0.8)
     left.set_ylim(bottom=0)
     left.axvline(i.traffic.sessions, color="gray", linestyle="--", linewidth=0.8)
-    left.annotate(f"planned load ({i.traffic.sessions:g})", (i.traffic.sessions, 0), textcoords="offset points",
-                  xytext=(-4, 4), ha="right", fontsize=8, color="gray")
+    left.annotate(f"planned load ({i.traffic.sessions:g})", (i.traffic.sessions, 1), xycoords=("data", "axes fraction"),
+                  textcoords="offset points", xytext=(-4, -4), ha="right", va="top", fontsize=8, color="gray")
     left.set_xscale("log")
     left.set_xlabel("concurrent sessions")
-    left.set_ylabel("saving: Strong-only / SpecAgent (ESTIMATED)")
+    left.set_ylabel(f"saving on {VIEW}:\nStrong-only / {METHOD[i.method]} (ESTIMATED)")
     left.legend(fontsize=8, loc="best")
     left.grid(alpha=0.3)
     for method, style in (("strong", "-"), (i.method, "--")):
@@ -58,3 +61,10 @@ def plot(path: Path, plan: Plan) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def names(plan: Plan) -> dict[str, str]:
+    """Each plotted saving's legend: what it counts (which roles) and on which fleet."""
+    roles = " + ".join(r for r in ROLES if r != "mid" or plan.inputs.mid is not None)
+    return {"hbm": "strong HBM per committed step (strong model only)",
+            "gpu_s": f"busy GPU-s per committed step ({roles}; {VIEW})", "latency": f"step latency ({VIEW})"}

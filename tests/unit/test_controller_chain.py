@@ -17,7 +17,7 @@ from specagent_ray.control.controller import (
     pick,
 )
 from specagent_ray.control.online import AdaptiveK, Prior
-from specagent_ray.costs.calls import Chain
+from specagent_ray.costs.calls import Chain, calls_per_step
 from specagent_ray.costs.fleet import PlanInputs, at
 from specagent_ray.costs.planner import Engine, Traffic, token_model_shapes
 from specagent_ray.costs.specs import load_gpu, load_model
@@ -139,3 +139,19 @@ def test_the_route_is_chosen_first_then_the_largest_k_within_the_slack_on_it():
     assert pick({**costs, Choice(1, True): 0.999}, 0.03, 0.01) == Choice(3, True)
     assert pick({**costs, Choice(0): 0.98}, 0.03, 0.01) == Choice(0)  # cheaper than every option by 2 %
     assert pick({**costs, Choice(0): 0.995}, 0.03, 0.01) == Choice(2)  # by less than the margin
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_escalating_every_block_the_chain_drafts_and_verifies_as_specagent_does(k):
+    """With e = 1 every block is SpecAgent's block plus a mid verify (theory.chain_traffic's check), so per useful
+    committed step the chain drafts what SpecAgent drafts: the reads that commit unreviewed although the strong
+    model would have rejected them (``CappedAcceptance.extra_drafts``) are drafted on either route."""
+    spec = capped_acceptance(k, 0.8, (0.2, 0.1), 0.2)
+    chained = capped_acceptance(k, 0.8, (0.2, 0.1), 0.2, Chain(1.0))
+    assert spec.extra_drafts > 0.05  # some drafted reads commit unreviewed at p = 0.8
+    assert chained.f == pytest.approx(spec.f) and chained.extra_drafts == pytest.approx(spec.extra_drafts)
+    shapes = token_model_shapes(spec, 14.0, 2600, 460, 723, 1420)
+    alone, chain = calls_per_step("specagent", spec, shapes), calls_per_step("chain", chained, shapes)
+    for role in ("strong", "weak"):
+        assert [n for n, _ in chain[role]] == pytest.approx([n for n, _ in alone[role]], rel=1e-9), role
+    assert chain["mid"][0][0] == pytest.approx(alone["strong"][0][0])  # a mid verify where SpecAgent verifies
