@@ -150,17 +150,17 @@ def serve_main(console: Console, port: int | None = None, verbose: bool = False,
     from ray import serve
 
     console.print(INTRO)
-    port = port or free_port()
     try:
         with quiet(console, verbose):
             console.print("building the two tiny random-weight models if missing (.specagent/models)...")
             ensure_local_models()
-            cpu = apps_of(load_profile("local-cpu", port=port))
-            sim = apps_of(load_profile("sim", SIM_ARGS, port=port), rename="sim")
-            warn_unavailable(console, cpu + sim)
+            warn_unavailable(console, apps_of(load_profile("local-cpu")) + apps_of(load_profile("sim", SIM_ARGS)))
             console.print("starting a local Ray cluster; the local-cpu engines load in the background "
                           "(1-2 min on the CPU)...")
             with local_ray(num_cpus=16):
+                port = port or free_port()  # once Ray's own processes hold theirs: one of them may take it
+                cpu = apps_of(load_profile("local-cpu", port=port))
+                sim = apps_of(load_profile("sim", SIM_ARGS, port=port), rename="sim")
                 base = start_apps(cpu + sim, port, say=console.print)
                 watch = AppWatch([a.name for a in cpu + sim])  # a deployment that cannot start ends the job
                 wait_ready(base, sim, watch=watch, say=console.print)
@@ -215,9 +215,9 @@ def serve_profile(console: Console, profile: str, tasks: tuple[str, ...] | None,
             if profile in ("local-cpu", "edge-cloud"):
                 console.print("building the local tiny models if missing (.specagent/models)...")
                 ensure_local_models()
-            port = port or free_port()
             engines = any((a.spec.args or {}).get("llm_configs") for a in apps)
-            console.print(f"starting profile {profile} on a local Ray cluster at http://127.0.0.1:{port}"
+            at = f" at http://127.0.0.1:{port}" if port else ""  # else a free one, once Ray holds its own ports
+            console.print(f"starting profile {profile} on a local Ray cluster{at}"
                           + (" (model engines take 1-2 min to load on the CPU)" if engines else "") + "...")
             with local_cluster(profile, port, say=console.print) as url:
                 console.print(f"serving at {url} (OpenAPI schema: {url}/docs)")

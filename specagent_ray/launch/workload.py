@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import httpx
 
+from ..ports import free_port
 from .client import GatewayClient
 from .deployment_profiles import deploy, load_profile, run_profile
 from .startup import patient_serve_env, ray_init, start_serve
@@ -145,15 +146,19 @@ def wait_ready(base: str, apps: Sequence[App], timeout_s: float = 900.0, watch: 
 
 
 @contextmanager
-def local_cluster(profile: str, port: int, args: dict[str, Any] | None = None, num_cpus: int = 8,
+def local_cluster(profile: str, port: int | None = None, args: dict[str, Any] | None = None, num_cpus: int = 8,
                   timeout_s: float = 900.0, address: str | None = None,
                   say: Callable[[str], None] = lambda line: None) -> Iterator[str]:
     """Deploy a profile on a fresh local Ray instance, or with ``address`` on that running cluster
     (several nodes on one host, as ``cluster/local_multinode.py`` starts: one HTTP proxy, on the head);
     yields the gateway's base URL once it answers and, for model engines, once every engine answers a
-    one-token chat. The applications stop on exit, and so does a Ray instance started here."""
-    schema = load_profile(profile, args, port=port)
+    one-token chat. The applications stop on exit, and so does a Ray instance started here. Without a
+    ``port``, a free one is taken once Ray's own processes have bound theirs: one chosen before Ray starts
+    can be taken by them, and Serve's proxy then fails to bind it."""
+    load_profile(profile, args)  # a bad profile or args fail here, before Ray starts
     with local_ray(num_cpus, address):
+        port = port or free_port()
+        schema = load_profile(profile, args, port=port)
         url = run_profile(schema, port=port, proxy_location=None if address is None else "HeadOnly", say=say)
         wait_ready(url, apps_of(schema), timeout_s, say=say)
         yield url

@@ -129,7 +129,6 @@ def run_loadtest(args: argparse.Namespace, console: Console) -> int:
             raise ValueError(f"set the API key in ${args.api_key_env} (or pick another variable with --api-key-env)")
         return run(config_from(args, args.url, key), args.out, console, args.client_processes, args)
     from ..launch.workload import local_cluster
-    from ..ports import free_port
 
     console.print(f"deploying the {args.profile} profile on a local Ray instance...")
     with tempfile.TemporaryDirectory(prefix="specagent-loadtest-log-") as log:
@@ -138,7 +137,7 @@ def run_loadtest(args: argparse.Namespace, console: Console) -> int:
                                      "queue_limit": max(4096, 8 * max(args.concurrency))}}
         if args.api in WIRES:  # the agent loops' reads go out as drafted; their writes are verified first
             overrides["tool_sources"] = {"app": {"read_tools": list(READ_TOOLS)}}
-        with local_cluster(args.profile, free_port(), overrides) as url:
+        with local_cluster(args.profile, args=overrides) as url:
             key = os.environ.get(args.api_key_env) or "dev-key"
             return run(config_from(args, url, key), args.out, console, args.client_processes, args)
 

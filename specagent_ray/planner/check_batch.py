@@ -120,7 +120,6 @@ def run_check(args: argparse.Namespace, resolved: Any, console: Console) -> int:
     from dataclasses import replace
 
     from ..launch.workload import local_cluster
-    from ..ports import free_port
     from .check_sim import _levels, bench_inputs
 
     levels = _levels(args.levels)
@@ -137,7 +136,7 @@ def run_check(args: argparse.Namespace, resolved: Any, console: Console) -> int:
     console.print(f"deploying the sim profile with roofline engines (time scale {args.time_scale:g}); load tests at "
                   f"{', '.join(map(str, levels))} sessions, {args.duration_s:g} s each...")
     with tempfile.TemporaryDirectory(prefix="specagent-plan-batch-") as log:
-        with local_cluster("sim", free_port(), {**overrides, "session_log": log}) as url:
+        with local_cluster("sim", args={**overrides, "session_log": log}) as url:
             rows = [measure(url, level, args, inputs) for level in levels]
     console.print(batch_table(rows))
     args.out.mkdir(parents=True, exist_ok=True)

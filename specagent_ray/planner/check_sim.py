@@ -149,12 +149,11 @@ def measure(url: str, level: int, args: argparse.Namespace, inputs: PlanInputs, 
 def run_levels(args: argparse.Namespace, inputs: PlanInputs, levels: list[int], baseline: int = 10) -> list[CheckRow]:
     """Deploy the sim profile once and run one load test per level on it."""
     from ..launch.workload import local_cluster
-    from ..ports import free_port
 
     with tempfile.TemporaryDirectory(prefix="specagent-plan-check-") as log:
         overrides = {"session_log": log, "coordinator": {"max_sessions": max(2000, 2 * max(levels)),
                                                          "queue_limit": max(4096, 8 * max(levels))}}
-        with local_cluster("sim", free_port(), overrides) as url:
+        with local_cluster("sim", args=overrides) as url:
             return [measure(url, level, args, inputs, baseline) for level in levels]
 
 

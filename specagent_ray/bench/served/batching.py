@@ -16,7 +16,6 @@ from rich.table import Table
 
 from ...launch.client import GatewayClient
 from ...launch.workload import local_cluster, run_sessions
-from ...ports import free_port
 from ...arguments import ints
 
 
@@ -24,7 +23,7 @@ def batching_run(n: int, window_ms: float, max_batch: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as log:
         args = {"session_log": log, "coordinator": {"max_sessions": max(n, 16), "queue_limit": 8 * max(n, 16),
                                                      "batch_window_ms": window_ms, "max_batch": max_batch}}
-        with local_cluster("sim", free_port(), args) as url:
+        with local_cluster("sim", args=args) as url:
             bodies = [{"tool_source": "airline", "task_id": str(i % 50), "user": "simulated", "trial": i}
                       for i in range(n)]
             start = time.perf_counter()

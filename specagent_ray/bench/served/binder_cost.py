@@ -286,11 +286,10 @@ def deployed_cost(n_items: int, total_chars: int, repeats: int) -> dict[str, Any
     import tempfile
 
     from ...launch.workload import local_cluster
-    from ...ports import free_port
 
     with tempfile.TemporaryDirectory(prefix="specagent-binder-log-") as log:
         overrides = {"session_log": log, "tool_sources": {"app": {"read_tools": ["read_file"]}}}
-        with local_cluster("scripted", free_port(), overrides) as url:
+        with local_cluster("scripted", args=overrides) as url:
             return {**wire_cost(url, "dev-key", n_items, total_chars, repeats), "where": "local Ray, scripted profile"}
 
 

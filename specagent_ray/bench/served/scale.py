@@ -25,7 +25,6 @@ from rich.table import Table
 
 from ...launch.client import GatewayClient
 from ...launch.workload import local_cluster, run_sessions
-from ...ports import free_port
 from ...arguments import ints
 
 # GPU-like latencies of the gpu-tp16 profile (costs/: a 397B-A17B verify prefill of a 6-step draft and a
@@ -84,7 +83,7 @@ def scale_run(shards: int, sessions: int, latency: dict[str, float] | None = Non
         if latency is not None:
             args["engines"] = {"kind": "sim", "latency": latency}
         # Every replica asks Ray for one CPU; logical CPUs, so that all shards get placed on any machine.
-        with local_cluster("sim", free_port(), args, num_cpus=8 + shards, address=address) as url:
+        with local_cluster("sim", args=args, num_cpus=8 + shards, address=address) as url:
             before = asyncio.run(_stats(url))
             time.sleep(IDLE_S)
             idle = asyncio.run(_stats(url))
