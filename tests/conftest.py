@@ -30,9 +30,11 @@ import pytest
 # otherwise every process compiles this package, and pytest rewrites every test module, from source each
 # time: about half of each xdist worker's 12 s of collection, and again in every Ray worker, replica and
 # subprocess. Set before any test module is imported and before xdist, Ray or a subprocess inherits
-# the environment. Caches land in __pycache__/ (git-ignored), keyed by each source file's mtime.
-sys.dont_write_bytecode = False
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# the environment. Caches land in __pycache__/ (git-ignored), keyed by each source file's mtime and size.
+# ``SPECAGENT_TEST_BYTECODE=0`` keeps the environment's choice (the mutants script rewrites sources in place).
+if os.environ.get("SPECAGENT_TEST_BYTECODE", "1") != "0":
+    sys.dont_write_bytecode = False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 from specagent_ray.testing.slow_tier import left_without_a_fast_test, read_listed
 

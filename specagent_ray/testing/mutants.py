@@ -159,7 +159,8 @@ def copy_tree(into: Path) -> None:
 
 def pytest(where: Path, target: str) -> tuple[int, str]:
     """Run one test target in the copy; its exit status and the tail of its output."""
-    env = {**os.environ, "PYTHONPATH": str(where), "PYTHONDONTWRITEBYTECODE": "1"}
+    # no bytecode cache: a mutant of the same size written in the second of the last compile would be stale
+    env = {**os.environ, "PYTHONPATH": str(where), "PYTHONDONTWRITEBYTECODE": "1", "SPECAGENT_TEST_BYTECODE": "0"}
     out = subprocess.run([sys.executable, "-m", "pytest", *PYTEST, target], cwd=where, env=env,
                          capture_output=True, text=True, timeout=600, check=False)
     return out.returncode, (out.stdout + out.stderr)[-2000:]

