@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-DURATION = re.compile(r"^([\d.]+)s (setup|call|teardown)\s+(\S+::\S+)")
+DURATION = re.compile(r"^([\d.]+)s (setup|call|teardown)\s+(\S+::.*\S)\s*$")  # a parameter id may hold spaces
 
 
 def read_listed(path: Path) -> list[str]:

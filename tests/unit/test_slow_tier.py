@@ -15,6 +15,7 @@ REPORT = """\
 2.00s call     tests/b.py::test_only[x]
 1.00s call     tests/b.py::test_only[y]
 0.10s teardown tests/b.py::test_only[y]
+0.30s call     tests/c.py::test_spaced[weak + strong]
 1759 passed in 53.06s
 """
 
@@ -22,7 +23,7 @@ REPORT = """\
 def test_durations_add_setup_call_and_teardown_per_test():
     assert durations(REPORT.splitlines()) == {"tests/a.py::test_slow_one": 3.2, "tests/a.py::test_slow_two": 0.9,
                                               "tests/a.py::test_fast": 0.05, "tests/b.py::test_only[x]": 2.0,
-                                              "tests/b.py::test_only[y]": 1.1}
+                                              "tests/b.py::test_only[y]": 1.1, "tests/c.py::test_spaced[weak + strong]": 0.3}
 
 
 def test_candidates_are_slowest_first_and_a_module_keeps_its_fastest_test():
