@@ -105,11 +105,11 @@ def local_engines(models: Mapping[str, str | os.PathLike[str]], port: int | None
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ValueError("serving model folders needs the cpu extra: pip install -e '.[cpu]' "
                          f"(then uninstall torchvision torchaudio torchcodec); {exc}") from exc
-    from .startup import patient_serve_env, ray_init, start_serve
+    from .startup import local_serve_env, ray_init, start_serve
 
     started = not ray.is_initialized()
     if started:  # address="local": never attach to somebody else's cluster on a shared machine
-        with patient_serve_env():
+        with local_serve_env():
             ray_init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     for chatty in ("httpx", "LiteLLM", "openai"):  # per-request INFO lines under Ray's JSON log format
         logging.getLogger(chatty).setLevel(logging.WARNING)

@@ -5,8 +5,14 @@ On a machine whose cores are all busy, Serve's HTTP proxy actor can take longer 
 Serve's readiness check allows (``RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S``, 5 s in Ray 2.60): the controller
 then marks it unhealthy and kills it, and ``serve.start`` ends with ``ActorDiedError ... ProxyActor ...
 cancelled before it started running``. For the local cluster this command starts itself (never a cluster
-it attaches to), ``patient_serve_env`` gives the proxy's checks longer, the way Kubernetes probes get an
+it attaches to), ``local_serve_env`` gives the proxy's checks longer, the way Kubernetes probes get an
 initial delay; ``start_serve`` tries ``serve.start`` again while Ray still runs, up to ``patience_s``.
+
+With direct ingress (on under ``RAY_SERVE_THROUGHPUT_OPTIMIZED=1``) Ray 2.60 keeps an ingress replica up
+for 30 s after it is told to stop (``RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S``), so that an external
+load balancer can deregister it: every ``serve.shutdown`` of such a local instance waited that long.
+Nothing sits in front of a local instance, so ``local_serve_env`` sets the period to 0 there; requests in
+flight still drain.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ from typing import Any
 
 from .watch import AppFailed
 
-# Ray Serve's own knobs (ray/serve/_private/constants.py), read by the controller when it starts.
-PATIENT_SERVE = {
+# Ray Serve's own knobs (ray/serve/_private/constants.py), read by its controller and replicas as they start.
+LOCAL_SERVE = {
     "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",  # Ray's 5 s: a starved proxy is killed before it imports
     "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30",  # Ray's 10 s
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "0",  # Ray's 30 s, for a load balancer that is not there
 }
 PATIENCE_S = 300.0  # the longest wait for Serve to start, while Ray itself still answers
 
@@ -40,11 +47,11 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
 
 
 @contextmanager
-def patient_serve_env(env: dict[str, str] | None = None) -> Iterator[None]:
-    """``PATIENT_SERVE`` in ``env`` (os.environ) while the block runs, where the operator set no value of
+def local_serve_env(env: dict[str, str] | None = None) -> Iterator[None]:
+    """``LOCAL_SERVE`` in ``env`` (os.environ) while the block runs, where the operator set no value of
     their own; a Ray instance started in the block inherits them."""
     env = os.environ if env is None else env
-    added = {k: v for k, v in PATIENT_SERVE.items() if k not in env}
+    added = {k: v for k, v in LOCAL_SERVE.items() if k not in env}
     env.update(added)
     try:
         yield

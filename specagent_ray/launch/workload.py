@@ -22,7 +22,7 @@ import httpx
 from ..ports import free_port
 from .client import GatewayClient
 from .deployment_profiles import deploy, load_profile, run_profile
-from .startup import patient_serve_env, ray_init, start_serve
+from .startup import local_serve_env, ray_init, start_serve
 from .watch import AppWatch
 
 LOCAL_MODELS = {"tiny-weak": 0, "tiny-strong": 1}  # folder name -> seed of the random weights
@@ -74,15 +74,15 @@ def output_to(log_path: Path) -> Iterator[IO[str]]:
 
 @contextmanager
 def local_ray(num_cpus: int = 8, address: str | None = None) -> Iterator[None]:
-    """A fresh local Ray instance (``num_cpus`` logical CPUs, Serve's proxy checks made patient for a busy
-    machine: ``startup.patient_serve_env``), or with ``address`` a connection to that running cluster, as
-    it is. Worker output stays in Ray's own log files (``log_to_driver=False``). ``StartupFailed``, one
+    """A fresh local Ray instance (``num_cpus`` logical CPUs; Serve's proxy checks made patient for a busy
+    machine, and no load-balancer drain at shutdown: ``startup.local_serve_env``), or with ``address`` a
+    connection to that running cluster, as it is. Worker output stays in Ray's own log files (``log_to_driver=False``). ``StartupFailed``, one
     line, if Ray cannot start. On exit Serve's applications stop, and so does a Ray instance started here."""
     import ray
     from ray import serve
 
     if address is None:
-        with patient_serve_env():  # the raylet and every Ray process it starts inherit it
+        with local_serve_env():  # the raylet and every Ray process it starts inherit it
             ray_init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     else:
         ray_init(address=address, log_to_driver=False, logging_level="WARNING")

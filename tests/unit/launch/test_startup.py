@@ -5,6 +5,7 @@ where ``serve.start`` raises it; no cluster starts."""
 from __future__ import annotations
 
 import io
+import os
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,10 +17,10 @@ from rich.console import Console
 
 from specagent_ray.launch import main_job
 from specagent_ray.launch.startup import (
-    PATIENT_SERVE,
+    LOCAL_SERVE,
     StartupFailed,
     one_line,
-    patient_serve_env,
+    local_serve_env,
     start_serve,
 )
 
@@ -97,10 +98,24 @@ def test_the_main_job_that_cannot_start_serve_prints_one_line_and_exits_1(monkey
 
 def test_the_patient_proxy_settings_apply_to_our_cluster_only_and_never_override_the_operator():
     env = {"RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "7"}
-    with patient_serve_env(env):
-        assert env["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] == PATIENT_SERVE["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"]
+    with local_serve_env(env):
+        assert env["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] == LOCAL_SERVE["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"]
         assert env["RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S"] == "7"
     assert env == {"RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "7"}
+
+
+def test_a_local_instance_stops_its_ingress_without_the_load_balancer_drain():
+    """Ray Serve reads the period from the environment our local instance's processes inherit: 0, not
+    Ray's 30 s (with RAY_SERVE_THROUGHPUT_OPTIMIZED=1 each ``serve.shutdown`` waited that long)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")}
+    read = "from ray.serve._private import constants as c; print(c.RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S)"
+    with local_serve_env(env):
+        out = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, check=True)
+    assert float(out.stdout) == 0.0
+    assert "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S" not in env  # only while our instance starts
 
 
 def test_the_serve_settings_exist_in_this_rays_serve():
@@ -108,7 +123,7 @@ def test_the_serve_settings_exist_in_this_rays_serve():
     from ray.serve._private import constants
 
     source = Path(constants.__file__).read_text()
-    assert all(f'"{name}"' in source for name in PATIENT_SERVE)
+    assert all(f'"{name}"' in source for name in LOCAL_SERVE)
 
 
 def test_one_line_keeps_the_last_line_of_rays_message():
