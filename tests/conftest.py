@@ -2,15 +2,16 @@
 
 Every test module that starts Ray (its tests carry the marker ``cluster`` or ``engines``) is listed in
 ``RAY_UNITS``. Under xdist each unit is one unit of work, which one worker runs one test after another.
-There is one unit: two (real vLLM engines beside simulated ones, two clusters at once on two workers)
-took the 2-core VM to a load average of 21, where a Ray head timed out starting and timing tests failed
-(measured 2026-12-07). Each module starts its own cluster: a shared head per worker (modules connecting
-and disconnecting in turn) hung a Serve handle call in the whole suite, after other modules' drivers
-had come and gone in the same process. The other workers run every other module meanwhile, each whole;
-many of their tests wait more than they compute. xdist's own ``--dist loadgroup`` would do this from
-``xdist_group`` marks, but its 3.8 release cannot rename node ids under pytest 9, so the grouping is by
-module path here, which the controller (it collects nothing) can see. A test that starts Ray in a module
-not listed fails, saying so.
+There are two units, and the real-engine one (``LAST``) is handed out only once it is the last unit left:
+the other workers have then finished every other module, and two clusters overlap only for the last
+minutes (the 2-core VM's load average peaked at 16, measured 2026-12-07; all tests passed). Handed out
+at the start, two clusters beside the other workers' tests took the load to 21, where a Ray head timed out
+starting and timing tests failed (measured earlier the same day). Each module starts its own cluster: a
+shared head per worker (modules connecting and disconnecting in turn) hung a Serve handle call in the
+whole suite, after other modules' drivers had come and gone in the same process. xdist's own ``--dist
+loadgroup`` would group from ``xdist_group`` marks, but its 3.8 release cannot rename node ids under
+pytest 9, so the grouping is by module path here, which the controller (it collects nothing) can see. A
+test that starts Ray in a module not listed fails, saying so.
 
 The modules that import torch (``TORCH_MODULES``) form one unit too: those that validate a Ray Serve LLM
 ``LLMConfig`` (importing ``ray.serve.llm`` imports vLLM and torch, about 10 s of CPU), those that compile
@@ -36,13 +37,16 @@ if os.environ.get("SPECAGENT_TEST_BYTECODE", "1") != "0":
     sys.dont_write_bytecode = False
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+from specagent_ray.testing.scheduling import hold_back
 from specagent_ray.testing.slow_tier import left_without_a_fast_test, read_listed
 
 RAY_UNITS = {
-    "ray": ("test_bench_scale", "test_engines", "test_k8s_deploy", "test_multinode", "test_plan_sim",
+    "ray": ("test_bench_scale", "test_k8s_deploy", "test_multinode", "test_plan_sim",
             "test_ray_telemetry", "test_serve_failures", "test_serve_fencing", "test_serve_local_cpu",
             "test_serve_sim", "test_wheel"),
+    "ray-engines": ("test_engines",),
 }
+LAST = "ray-engines"  # handed out only once it is the last unit left
 RAY_MODULES = {f"tests/integration/{name}.py": unit for unit, names in RAY_UNITS.items() for name in names}
 TORCH_MODULES = frozenset(f"tests/{name}.py" for name in (
     "unit/test_cluster_config", "unit/test_k8s", "unit/launch/test_profiles", "security/test_api_policy",
@@ -66,10 +70,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
     class RayApart(LoadScopeScheduling):
         """xdist's scope scheduling with ``scope_of``'s scopes. The largest units go out first
-        (``--loadscope-reorder``, on by default): the Ray unit, the run's longest pole."""
+        (``--loadscope-reorder``, on by default): the Ray unit, the run's longest pole. ``LAST`` waits
+        until it is the only unit left."""
 
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            hold_back(self.workqueue, LAST)
+            super()._assign_work_unit(node)
 
     return RayApart(config, log)
 
