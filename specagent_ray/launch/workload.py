@@ -76,8 +76,9 @@ def output_to(log_path: Path) -> Iterator[IO[str]]:
 def local_ray(num_cpus: int = 8, address: str | None = None) -> Iterator[None]:
     """A fresh local Ray instance (``num_cpus`` logical CPUs; Serve's proxy checks made patient for a busy
     machine, and no load-balancer drain at shutdown: ``startup.local_serve_env``), or with ``address`` a
-    connection to that running cluster, as it is. Worker output stays in Ray's own log files (``log_to_driver=False``). ``StartupFailed``, one
-    line, if Ray cannot start. On exit Serve's applications stop, and so does a Ray instance started here."""
+    connection to that running cluster, as it is. Worker output stays in Ray's own log files
+    (``log_to_driver=False``). ``StartupFailed``, one line, if Ray cannot start. On exit Serve's applications
+    stop, and so does a Ray instance started here."""
     import ray
     from ray import serve
 

@@ -19,8 +19,8 @@ from specagent_ray.launch import main_job
 from specagent_ray.launch.startup import (
     LOCAL_SERVE,
     StartupFailed,
-    one_line,
     local_serve_env,
+    one_line,
     start_serve,
 )
 
