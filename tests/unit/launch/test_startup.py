@@ -113,7 +113,8 @@ def test_a_local_instance_stops_its_ingress_without_the_load_balancer_drain():
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE_")}
     read = "from ray.serve._private import constants as c; print(c.RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S)"
     with local_serve_env(env):
-        out = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, check=True,
+                             timeout=120)
     assert float(out.stdout) == 0.0
     assert "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S" not in env  # only while our instance starts
 
